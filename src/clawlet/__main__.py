@@ -1,0 +1,5 @@
+"""``python -m clawlet`` runs the CLI."""
+
+from clawlet.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""HTTP edges: the FastAPI app factory and one router module per surface."""

@@ -1,0 +1,61 @@
+"""The FastAPI app factory: services, auth, error format, and the routers of each surface."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+
+from clawlet import __version__
+from clawlet.api.errors import error_body, install_error_handlers
+from clawlet.api.workbench import chat, sessions, skills
+from clawlet.config import Settings
+from clawlet.home import init_home
+from clawlet.services import Services, build_services
+
+
+def token_matches(expected: str, authorization: str | None) -> bool:
+    """Constant-time check of an ``Authorization: Bearer <token>`` header."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return False
+    supplied = authorization[7:].strip().encode()
+    return hmac.compare_digest(supplied, expected.encode())
+
+
+def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.0) -> FastAPI:
+    settings = settings or Settings()
+    services: Services = build_services(settings, demo_token_delay=demo_token_delay)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        init_home(settings.paths)
+        yield
+        await services.sessions.shutdown()
+
+    app = FastAPI(title="clawlet", version=__version__, lifespan=lifespan)
+    app.state.services = services
+    install_error_handlers(app)
+
+    if settings.api_token:
+        expected = settings.api_token
+
+        @app.middleware("http")
+        async def require_token(
+            request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
+            if request.url.path.startswith("/api/") and not token_matches(
+                expected, request.headers.get("authorization")
+            ):
+                return JSONResponse(
+                    error_body("unauthorized", "missing or wrong bearer token"),
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+            return await call_next(request)
+
+    for module in (chat, sessions, skills):
+        app.include_router(module.router, prefix="/api")
+    return app

@@ -1,0 +1,1 @@
+"""The workbench API of seed 000, mounted under ``/api``."""

@@ -1,0 +1,167 @@
+"""The ``clawlet`` command: ``init``, ``serve`` and ``chat``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import sys
+import uuid
+from collections.abc import Sequence
+
+from clawlet import __version__
+from clawlet.config import Settings
+from clawlet.events import (
+    NewSegment,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    TextDelta,
+    Title,
+    ToolEnd,
+    ToolStart,
+)
+from clawlet.home import init_home
+from clawlet.llm.providers import ProviderConfigError, describe_model
+
+DEMO_TOKEN_DELAY = 0.02
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_init(settings: Settings) -> int:
+    created = init_home(settings.paths)
+    print(f"clawlet home: {settings.paths.root}")
+    for path in created:
+        print(f"  created {path.relative_to(settings.paths.root)}")
+    if not created:
+        print("  (everything was already there; nothing overwritten)")
+    return 0
+
+
+def cmd_serve(settings: Settings) -> int:
+    import uvicorn
+
+    from clawlet.api.app import create_app
+
+    if not is_loopback(settings.host) and not settings.api_token:
+        print(
+            f"error: refusing to listen on {settings.host} without a token. Set CLAWLET_API_TOKEN "
+            "(clients then send 'Authorization: Bearer <token>') or listen on 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        info = describe_model(settings)
+    except ProviderConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    init_home(settings.paths)
+    print(f"clawlet {__version__} · home {settings.paths.root} · model {info.label}")
+    print(f"listening on http://{settings.host}:{settings.port}  (Ctrl+C to stop)")
+    app = create_app(settings, demo_token_delay=DEMO_TOKEN_DELAY)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    return 0
+
+
+async def _chat_turn(services: object, session_id: str, text: str) -> None:
+    from clawlet.services import Services
+
+    assert isinstance(services, Services)
+    run = await services.sessions.start_turn(session_id, text)
+    async for event in run.events():
+        match event:
+            case TextDelta(text=piece):
+                print(piece, end="", flush=True)
+            case ToolStart(tool=tool, input=tool_input):
+                print(f"\n  ⚙ {tool}: {tool_input}", flush=True)
+            case ToolEnd(output=output, is_error=is_error):
+                shown = output if len(output) <= 600 else output[:600] + " …"
+                marker = "✗" if is_error else "→"
+                print("  " + f"{marker} " + shown.replace("\n", "\n    "), flush=True)
+            case NewSegment():
+                print()
+            case RunFinished():
+                print()
+            case RunCancelled():
+                print("\n[cancelled]")
+            case RunFailed(error=error):
+                print(f"\n[error] {error}", file=sys.stderr)
+            case Title(title=title):
+                print(f"[title: {title}]")
+
+
+async def _chat(settings: Settings, session_id: str, messages: Sequence[str]) -> int:
+    from clawlet.services import build_services
+
+    init_home(settings.paths)
+    services = build_services(settings, demo_token_delay=DEMO_TOKEN_DELAY)
+    print(f"clawlet chat · model {describe_model(settings).label} · session {session_id}")
+    try:
+        if messages:
+            for text in messages:
+                print(f"> {text}")
+                await _chat_turn(services, session_id, text)
+            return 0
+        print("Type a message; /exit or Ctrl+D quits.")
+        while True:
+            try:
+                text = await asyncio.to_thread(input, "> ")
+            except EOFError:
+                print()
+                return 0
+            if text.strip() in ("/exit", "/quit"):
+                return 0
+            if text.strip():
+                try:
+                    await _chat_turn(services, session_id, text)
+                except KeyboardInterrupt:
+                    await services.sessions.cancel(session_id)
+    finally:
+        await services.sessions.shutdown()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clawlet", description="A transparent, file-driven AI agent.")
+    parser.add_argument("--version", action="version", version=f"clawlet {__version__}")
+    parser.add_argument("--home", help="clawlet home directory (default: $CLAWLET_HOME or ~/.clawlet)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", help="create the clawlet home with its default files")
+    serve = sub.add_parser("serve", help="run the local server (API + UI)")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8002)")
+    chat = sub.add_parser("chat", help="chat in the terminal")
+    chat.add_argument("--session", default=None, help="session id to continue (default: a new one)")
+    chat.add_argument(
+        "-m", "--message", action="append", default=[], help="send this message and exit (repeatable)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides: dict[str, object] = {}
+    if args.home:
+        overrides["home"] = args.home
+    if getattr(args, "host", None):
+        overrides["host"] = args.host
+    if getattr(args, "port", None):
+        overrides["port"] = args.port
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    if args.command == "init":
+        return cmd_init(settings)
+    if args.command == "serve":
+        return cmd_serve(settings)
+    session_id = args.session or uuid.uuid4().hex
+    return asyncio.run(_chat(settings, session_id, args.message))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

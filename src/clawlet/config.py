@@ -1,0 +1,147 @@
+"""Settings (environment and ``.env``) and runtime switches persisted in ``config.json``.
+
+Environment variables keep the seed's names (``DEEPSEEK_API_KEY``, ``OPENAI_BASE_URL``, ...);
+clawlet's own settings use the ``CLAWLET_`` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from clawlet.storage import atomic_write_json, file_lock
+
+ProviderName = Literal["auto", "demo", "openai", "deepseek", "anthropic"]
+
+
+def default_home() -> Path:
+    """The clawlet home: ``$CLAWLET_HOME`` or ``~/.clawlet``."""
+    raw = os.environ.get("CLAWLET_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".clawlet"
+
+
+class Settings(BaseSettings):
+    """Everything configurable from the environment or a ``.env`` file."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLAWLET_",
+        env_file=(".env",),
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    home: Path = Field(default_factory=default_home)
+    host: str = "127.0.0.1"
+    port: int = 8002
+    api_token: str | None = None
+
+    provider: ProviderName = "auto"
+    llm_model: str | None = None
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    temperature: float = 0.7
+
+    deepseek_api_key: str | None = Field(default=None, validation_alias="DEEPSEEK_API_KEY")
+    deepseek_base_url: str = Field(default="https://api.deepseek.com", validation_alias="DEEPSEEK_BASE_URL")
+    deepseek_model: str = Field(default="deepseek-chat", validation_alias="DEEPSEEK_MODEL")
+    openai_api_key: str | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    embedding_model: str = Field(default="text-embedding-3-small", validation_alias="EMBEDDING_MODEL")
+    anthropic_api_key: str | None = Field(default=None, validation_alias="ANTHROPIC_API_KEY")
+    anthropic_model: str = Field(
+        default="claude-sonnet-4-5",
+        validation_alias=AliasChoices("CLAWLET_ANTHROPIC_MODEL", "ANTHROPIC_MODEL"),
+    )
+
+    max_model_calls: int = Field(default=25, ge=1)
+    max_tool_calls: int = Field(default=50, ge=1)
+    terminal_timeout: float = Field(default=30.0, gt=0)
+    python_timeout: float = Field(default=30.0, gt=0)
+    fetch_timeout: float = Field(default=15.0, gt=0)
+
+    @property
+    def resolved_provider(self) -> Literal["demo", "openai", "deepseek", "anthropic"]:
+        """The provider actually used: ``auto`` picks the first one with a key, else ``demo``."""
+        if self.provider != "auto":
+            return self.provider
+        if self.llm_base_url and self.llm_model:
+            return "openai"
+        if self.deepseek_api_key:
+            return "deepseek"
+        if self.anthropic_api_key:
+            return "anthropic"
+        return "demo"
+
+    @cached_property
+    def paths(self) -> HomePaths:
+        return HomePaths(self.home.expanduser().resolve())
+
+
+@dataclass(frozen=True)
+class HomePaths:
+    """Where everything lives under the clawlet home."""
+
+    root: Path
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def memory_file(self) -> Path:
+        return self.root / "memory" / "MEMORY.md"
+
+    @property
+    def skills(self) -> Path:
+        return self.root / "skills"
+
+    @property
+    def knowledge(self) -> Path:
+        return self.root / "knowledge"
+
+    @property
+    def sessions(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def storage(self) -> Path:
+        return self.root / "storage"
+
+    @property
+    def skills_snapshot(self) -> Path:
+        return self.root / "SKILLS_SNAPSHOT.md"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.json"
+
+
+class RuntimeConfig:
+    """Switches changed at run time (RAG mode) and persisted atomically in ``config.json``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self) -> dict[str, object]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get_rag_mode(self) -> bool:
+        return bool(self._read().get("rag_mode", False))
+
+    def set_rag_mode(self, enabled: bool) -> None:
+        with file_lock(self.path):
+            data = self._read()
+            data["rag_mode"] = enabled
+            atomic_write_json(self.path, data)

@@ -1,0 +1,155 @@
+"""``AgentEngine``: one agent turn on LangChain ``create_agent``, translated into clawlet events.
+
+The agent is rebuilt for every turn so edits to the workspace files apply at once. Middleware
+turns tool exceptions into error ``ToolMessage``s (a failing tool never crashes a run) and caps
+model and tool calls per run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ModelCallLimitMiddleware,
+    ToolCallLimitMiddleware,
+    ToolCallRequest,
+    ToolErrorMiddleware,
+)
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool
+
+from clawlet.config import RuntimeConfig, Settings
+from clawlet.engine.prompt import build_system_prompt
+from clawlet.events import Event, NewSegment, TextDelta, ToolEnd, ToolStart, Usage
+from clawlet.llm.providers import build_chat_model
+from clawlet.skills.scanner import refresh_snapshot
+from clawlet.tools.base import ToolError
+from clawlet.tools.registry import build_tools
+
+log = logging.getLogger(__name__)
+
+MODEL_NODE = "model"
+TOOLS_NODE = "tools"
+
+
+def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:
+    """What the model hears when a tool raises: the tool, the error type and its message."""
+    name = request.tool_call["name"]
+    if isinstance(exc, ToolError):
+        return f"Error from {name}: {exc}"
+    return f"Error from {name}: {type(exc).__name__}: {exc}"
+
+
+def render_tool_input(args: Any) -> str:
+    """The tool input as people read it: the single argument's value, else compact JSON."""
+    if isinstance(args, dict) and len(args) == 1:
+        value = next(iter(args.values()))
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return json.dumps(args, ensure_ascii=False)
+
+
+def to_langchain_messages(history: Sequence[dict[str, str]]) -> list[BaseMessage]:
+    messages: list[BaseMessage] = []
+    for item in history:
+        if item["role"] == "user":
+            messages.append(HumanMessage(item["content"]))
+        elif item["role"] == "assistant":
+            messages.append(AIMessage(item["content"]))
+    return messages
+
+
+class AgentEngine:
+    """Builds and streams the agent for one clawlet home."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runtime_config: RuntimeConfig,
+        *,
+        demo_token_delay: float = 0.0,
+    ) -> None:
+        self.settings = settings
+        self.runtime_config = runtime_config
+        self.demo_token_delay = demo_token_delay
+
+    def build_model(self) -> BaseChatModel:
+        return build_chat_model(self.settings, demo_token_delay=self.demo_token_delay)
+
+    def build_tools(self) -> list[BaseTool]:
+        return build_tools(self.settings)
+
+    def system_prompt(self) -> str:
+        """Rescan skills (rewriting the snapshot if they changed) and assemble the prompt."""
+        home = self.settings.paths.root
+        refresh_snapshot(home)
+        return build_system_prompt(home, rag_mode=self.runtime_config.get_rag_mode())
+
+    def build_agent(self) -> Any:
+        middleware: list[AgentMiddleware[Any, Any, Any]] = [
+            ToolErrorMiddleware(on_error=tool_error_text),
+            ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
+            ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),
+        ]
+        return create_agent(
+            self.build_model(),
+            self.build_tools(),
+            system_prompt=self.system_prompt(),
+            middleware=middleware,
+        )
+
+    async def stream(self, message: str, history: Sequence[dict[str, str]]) -> AsyncIterator[Event]:
+        """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events."""
+        agent = self.build_agent()
+        inputs = {"messages": [*to_langchain_messages(history), HumanMessage(message)]}
+        config = {"recursion_limit": 2 * self.settings.max_model_calls + 10}
+        tools_ran = False
+        input_tokens = output_tokens = 0
+        async for mode, payload in agent.astream(inputs, config=config, stream_mode=["messages", "updates"]):
+            if mode == "messages":
+                chunk, metadata = payload
+                if not isinstance(chunk, AIMessageChunk) or metadata.get("langgraph_node") != MODEL_NODE:
+                    continue
+                if chunk.usage_metadata:
+                    input_tokens += chunk.usage_metadata.get("input_tokens", 0)
+                    output_tokens += chunk.usage_metadata.get("output_tokens", 0)
+                text = chunk.text
+                if text:
+                    if tools_ran:
+                        tools_ran = False
+                        yield NewSegment()
+                    yield TextDelta(text)
+                continue
+            for node, update in payload.items():
+                for item in (update or {}).get("messages", []) if isinstance(update, dict) else []:
+                    if node == TOOLS_NODE and isinstance(item, ToolMessage):
+                        yield ToolEnd(
+                            tool=item.name or "tool",
+                            output=item.text,
+                            call_id=item.tool_call_id,
+                            is_error=item.status == "error",
+                        )
+                        tools_ran = True
+                    elif isinstance(item, AIMessage):
+                        if node != MODEL_NODE and item.text:
+                            # A middleware ended the run with a notice (e.g. the model-call cap).
+                            if tools_ran:
+                                tools_ran = False
+                                yield NewSegment()
+                            yield TextDelta(item.text)
+                        if item.tool_calls and tools_ran:
+                            tools_ran = False
+                            yield NewSegment()
+                        for call in item.tool_calls:
+                            yield ToolStart(
+                                tool=call["name"],
+                                input=render_tool_input(call["args"]),
+                                call_id=call.get("id") or "",
+                            )
+        if input_tokens or output_tokens:
+            yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)

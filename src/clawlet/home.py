@@ -1,0 +1,52 @@
+"""Create the clawlet home with its default files; existing files are never overwritten."""
+
+from __future__ import annotations
+
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+
+from clawlet.config import HomePaths
+from clawlet.skills.scanner import refresh_snapshot
+from clawlet.storage import atomic_write_bytes
+
+TEMPLATE_PACKAGE = "clawlet.templates"
+
+
+def _walk(node: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]:
+    found: list[tuple[str, Traversable]] = []
+    for child in node.iterdir():
+        relative = f"{prefix}{child.name}"
+        if child.is_dir():
+            if child.name != "__pycache__":
+                found += _walk(child, relative + "/")
+        elif not child.name.endswith((".py", ".pyc")):
+            found.append((relative, child))
+    return found
+
+
+def init_home(paths: HomePaths) -> list[Path]:
+    """Create missing directories and default files; return the files created."""
+    created: list[Path] = []
+    for directory in (
+        paths.root,
+        paths.sessions,
+        paths.sessions / "archive",
+        paths.storage,
+        paths.knowledge,
+        paths.skills,
+        paths.workspace,
+        paths.memory_file.parent,
+    ):
+        directory.mkdir(parents=True, exist_ok=True)
+    for relative, template in _walk(resources.files(TEMPLATE_PACKAGE)):
+        target = paths.root / relative
+        if not target.exists():
+            atomic_write_bytes(target, template.read_bytes())
+            created.append(target)
+    refresh_snapshot(paths.root)
+    return created
+
+
+def home_is_initialised(root: Path) -> bool:
+    return (root / "workspace" / "SOUL.md").is_file()

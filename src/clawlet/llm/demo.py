@@ -1,0 +1,235 @@
+"""The built-in offline ``demo`` model: deterministic, labelled, and able to call tools.
+
+It lets the whole product run with no API key and no network. It reads the last message and:
+
+- ``run: <command>`` → calls ``terminal``        - ``python: <code>`` → calls ``python_repl``
+- ``read <path>``   → calls ``read_file``        - ``fetch <url>``    → calls ``fetch_url``
+- ``search <query>`` → calls ``search_knowledge_base``
+- a weather question (``weather`` / ``天气``) → reads ``skills/get_weather/SKILL.md``
+- after a tool result → answers from that result; anything else → a labelled echo with hints.
+
+It streams token by token and emits tool calls as streaming tool-call chunks, like real providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+
+DEMO_MODEL_NAME = "demo"
+DEMO_MODEL_LABEL = "demo (offline demo model, no LLM)"
+TITLE_REQUEST_MARKER = "Write a short title for this conversation"
+SUMMARY_REQUEST_MARKER = "Summarise the conversation below"
+HINTS = (
+    "Try `run: ls`, `python: 1 + 1`, `read workspace/SOUL.md`, `fetch <url>`, `search <query>`, "
+    "or ask about the weather (天气)."
+)
+
+_CJK = "\u3000-\u9fff\uff00-\uffef"
+_TOKEN = re.compile(rf"[{_CJK}]|[ \t]*[^\s{_CJK}]+|\s+")
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split text into stream pieces: words with their leading spaces, each CJK character alone."""
+    return _TOKEN.findall(text)
+
+
+@dataclass(frozen=True)
+class DemoReply:
+    text: str
+    tool_name: str | None = None
+    tool_args: dict[str, str] | None = None
+
+
+_COMMANDS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
+    (
+        re.compile(r"^\s*(?:run|运行)\s*[:：]\s*(.+)$", re.I | re.S),
+        "terminal",
+        "command",
+        "Running `{arg}` in the terminal.",
+    ),
+    (
+        re.compile(r"^\s*(?:python|py)\s*[:：]\s*(.+)$", re.I | re.S),
+        "python_repl",
+        "code",
+        "Running that Python code.",
+    ),
+    (re.compile(r"^\s*(?:read|读取)\s*[:：]?\s*(\S+)\s*$", re.I), "read_file", "path", "Reading `{arg}`."),
+    (re.compile(r"^\s*(?:fetch|抓取)\s*[:：]?\s*(\S+)\s*$", re.I), "fetch_url", "url", "Fetching {arg}."),
+    (
+        re.compile(r"^\s*(?:search|搜索)\s*[:：]?\s*(.+)$", re.I | re.S),
+        "search_knowledge_base",
+        "query",
+        "Searching the knowledge base for “{arg}”.",
+    ),
+)
+_WEATHER = re.compile(r"weather|天气|气温", re.I)
+
+
+def _text_of(message: BaseMessage) -> str:
+    return message.text if hasattr(message, "text") else str(message.content)
+
+
+def _title_for(messages: Sequence[BaseMessage]) -> str:
+    conversation = _text_of(messages[-1])
+    match = re.search(r"^user:\s*(.+)$", conversation, re.M)
+    first = match.group(1) if match else conversation
+    for pattern, _tool, _arg, _text in _COMMANDS:
+        found = pattern.match(first)
+        if found:
+            first = found.group(1)
+            break
+    return first.strip().splitlines()[0][:10] if first.strip() else "New chat"
+
+
+def plan_reply(messages: Sequence[BaseMessage], tool_names: set[str]) -> DemoReply:
+    """Decide the demo model's next message from the conversation so far."""
+    system = next((m for m in messages if isinstance(m, SystemMessage)), None)
+    if system is not None and TITLE_REQUEST_MARKER in _text_of(system):
+        return DemoReply(_title_for(messages))
+    if system is not None and SUMMARY_REQUEST_MARKER in _text_of(system):
+        return DemoReply("[demo summary] " + _text_of(messages[-1])[:480])
+    last = messages[-1] if messages else HumanMessage("")
+    if isinstance(last, ToolMessage):
+        return _answer_from_tool(last)
+    text = _text_of(last).strip()
+    for pattern, tool, arg_name, intro in _COMMANDS:
+        match = pattern.match(text)
+        if match:
+            return _call(tool, {arg_name: match.group(1).strip()}, intro, tool_names)
+    if _WEATHER.search(text):
+        path = "skills/get_weather/SKILL.md"
+        return _call("read_file", {"path": path}, "Let me read the get_weather skill first.", tool_names)
+    return DemoReply(f"[demo] I am clawlet's offline demo model, not a real LLM. You said: “{text}”. {HINTS}")
+
+
+def _call(tool: str, args: dict[str, str], intro: str, tool_names: set[str]) -> DemoReply:
+    if tool not in tool_names:
+        return DemoReply(f"[demo] The `{tool}` tool is not available in this run.")
+    return DemoReply(intro.format(arg=next(iter(args.values()))), tool, args)
+
+
+def _answer_from_tool(result: ToolMessage) -> DemoReply:
+    name = result.name or "tool"
+    output = _text_of(result).strip()
+    if result.status == "error":
+        return DemoReply(f"[demo] The `{name}` tool reported an error:\n\n```\n{output}\n```")
+    if "get_weather" in output or "wttr.in" in output:
+        return DemoReply(
+            "[demo] The get_weather skill says to fetch wttr.in for the city and report the "
+            "weather. As the offline demo model I cannot look up live weather, but these are "
+            f"the skill's steps:\n\n{output}"
+        )
+    return DemoReply(f"[demo] `{name}` returned:\n\n```\n{output}\n```")
+
+
+class DemoChatModel(BaseChatModel):
+    """A deterministic chat model that needs no network (see the module docstring)."""
+
+    token_delay: float = 0.0
+    bound_tool_names: frozenset[str] = frozenset()
+
+    @property
+    def _llm_type(self) -> str:
+        return "clawlet-demo"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": DEMO_MODEL_NAME}
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Any],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        names = frozenset(t.name for t in tools if isinstance(t, BaseTool))
+        return self.model_copy(update={"bound_tool_names": names})
+
+    def _reply(self, messages: list[BaseMessage]) -> DemoReply:
+        return plan_reply(messages, set(self.bound_tool_names))
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        reply = self._reply(messages)
+        tool_calls = []
+        if reply.tool_name:
+            tool_calls.append({"name": reply.tool_name, "args": reply.tool_args or {}, "id": _call_id()})
+        message = AIMessage(content=reply.text, tool_calls=tool_calls)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _chunks(self, reply: DemoReply) -> Iterator[AIMessageChunk]:
+        for piece in split_tokens(reply.text):
+            yield AIMessageChunk(content=piece)
+        if reply.tool_name:
+            yield AIMessageChunk(
+                content="",
+                tool_call_chunks=[
+                    {
+                        "name": reply.tool_name,
+                        "args": json.dumps(reply.tool_args or {}, ensure_ascii=False),
+                        "id": _call_id(),
+                        "index": 0,
+                        "type": "tool_call_chunk",
+                    }
+                ],
+            )
+        yield AIMessageChunk(content="", chunk_position="last")
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._reply(messages)):
+            if run_manager and isinstance(chunk.content, str) and chunk.content:
+                run_manager.on_llm_new_token(chunk.content, chunk=ChatGenerationChunk(message=chunk))
+            yield ChatGenerationChunk(message=chunk)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._reply(messages)):
+            await asyncio.sleep(self.token_delay)
+            generation = ChatGenerationChunk(message=chunk)
+            if run_manager and isinstance(chunk.content, str) and chunk.content:
+                await run_manager.on_llm_new_token(chunk.content, chunk=generation)
+            yield generation
+
+
+def _call_id() -> str:
+    return f"call_demo_{uuid.uuid4().hex[:12]}"

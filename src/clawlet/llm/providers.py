@@ -1,0 +1,90 @@
+"""Build the chat model for the configured provider through ``init_chat_model``.
+
+One OpenAI-compatible adapter serves every OpenAI-compatible vendor (OpenAI, vLLM, Ollama,
+llama.cpp, LM Studio...); DeepSeek and Anthropic use their native LangChain integrations.
+With no provider configured the built-in offline ``demo`` model is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langchain.chat_models import init_chat_model
+from langchain_core.language_models import BaseChatModel
+
+from clawlet.config import Settings
+from clawlet.llm.demo import DEMO_MODEL_LABEL, DEMO_MODEL_NAME, DemoChatModel
+
+
+class ProviderConfigError(ValueError):
+    """The provider settings are incomplete (e.g. an OpenAI-compatible endpoint without a model)."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    provider: str
+    name: str
+    label: str
+
+    @property
+    def is_demo(self) -> bool:
+        return self.provider == "demo"
+
+
+def describe_model(settings: Settings) -> ModelInfo:
+    provider = settings.resolved_provider
+    if provider == "demo":
+        return ModelInfo("demo", DEMO_MODEL_NAME, DEMO_MODEL_LABEL)
+    if provider == "deepseek":
+        name = settings.llm_model or settings.deepseek_model
+    elif provider == "anthropic":
+        name = settings.llm_model or settings.anthropic_model
+    else:
+        if not settings.llm_model:
+            raise ProviderConfigError("provider 'openai' needs CLAWLET_LLM_MODEL")
+        name = settings.llm_model
+    return ModelInfo(provider, name, f"{name} ({provider})")
+
+
+def build_chat_model(
+    settings: Settings, *, temperature: float | None = None, demo_token_delay: float = 0.0
+) -> BaseChatModel:
+    """A fresh chat model for one run (or one title/summary request)."""
+    info = describe_model(settings)
+    temp = settings.temperature if temperature is None else temperature
+    if info.provider == "demo":
+        return DemoChatModel(token_delay=demo_token_delay)
+    if info.provider == "deepseek":
+        model = init_chat_model(
+            info.name,
+            model_provider="deepseek",
+            api_key=settings.llm_api_key or settings.deepseek_api_key,
+            api_base=settings.llm_base_url or settings.deepseek_base_url,
+            temperature=temp,
+            streaming=True,
+            stream_usage=True,
+            max_retries=1,
+        )
+    elif info.provider == "anthropic":
+        model = init_chat_model(
+            info.name,
+            model_provider="anthropic",
+            api_key=settings.llm_api_key or settings.anthropic_api_key,
+            base_url=settings.llm_base_url,
+            temperature=temp,
+            streaming=True,
+            max_retries=1,
+        )
+    else:
+        model = init_chat_model(
+            info.name,
+            model_provider="openai",
+            base_url=settings.llm_base_url or settings.openai_base_url,
+            api_key=settings.llm_api_key or settings.openai_api_key or "not-needed",
+            temperature=temp,
+            streaming=True,
+            stream_usage=True,
+            max_retries=1,
+        )
+    assert isinstance(model, BaseChatModel)
+    return model

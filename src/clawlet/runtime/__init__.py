@@ -1,0 +1,1 @@
+"""The runtime layer: ``SessionManager`` → ``RuntimeAdapter``; every agent run goes through it."""

@@ -1,0 +1,46 @@
+"""``EngineAdapter``: runs clawlet's own engine in-process (the seed's "SemiGraph" runtime)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from clawlet.engine.agent import AgentEngine
+from clawlet.events import Event
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+
+
+class EngineAdapter(RuntimeAdapter):
+    def __init__(self, engine: AgentEngine) -> None:
+        self.engine = engine
+        self.session_id: str | None = None
+        self.turns = 0
+        self.running = False
+
+    async def start(self, session_id: str, config: RunConfig) -> None:
+        self.session_id = session_id
+
+    async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
+        self.turns += 1
+        self.running = True
+        try:
+            async for event in self.engine.stream(data.text, data.history):
+                yield event
+        finally:
+            self.running = False
+
+    async def cancel(self) -> None:
+        # Cancellation is delivered by cancelling the task that iterates send_message(); the
+        # engine's subprocesses are killed by their own cancellation handlers.
+        return None
+
+    async def stop(self) -> None:
+        self.session_id = None
+
+    def get_snapshot(self) -> dict[str, Any]:
+        return {
+            "runtime_type": "engine",
+            "session_id": self.session_id,
+            "turns": self.turns,
+            "running": self.running,
+        }

@@ -1,0 +1,1 @@
+"""Session transcripts stored as JSON files."""

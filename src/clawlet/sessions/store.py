@@ -1,0 +1,250 @@
+"""``TranscriptStore``: session transcripts as ``sessions/{id}.json`` in the seed's v2 format.
+
+v2 file: ``{title, created_at, updated_at, compressed_context, messages}``; a message is
+``{role, content}`` and an assistant segment may carry ``tool_calls: [{tool, input, output}]``.
+A v1 file (a bare array of messages) is migrated to v2 when read. Every write is atomic and
+serialised per file, so a crash never leaves a corrupt session and turns on different sessions
+never wait for each other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict
+
+from clawlet.storage import atomic_write_json, file_lock
+
+SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+SUMMARY_PREFIX = "[以下是之前对话的摘要]"
+
+
+class ToolCallRecord(TypedDict):
+    tool: str
+    input: str
+    output: str
+
+
+class StoredMessage(TypedDict):
+    role: str
+    content: str
+    tool_calls: NotRequired[list[ToolCallRecord]]
+
+
+class SessionData(TypedDict):
+    title: str
+    created_at: float
+    updated_at: float
+    compressed_context: str
+    messages: list[StoredMessage]
+
+
+class SessionNotFound(KeyError):
+    """No transcript exists for this id."""
+
+
+class InvalidSessionId(ValueError):
+    """The id could not be a file name (traversal, odd characters, too long)."""
+
+
+def validate_session_id(session_id: str) -> str:
+    if not SESSION_ID_PATTERN.fullmatch(session_id) or ".." in session_id:
+        raise InvalidSessionId("session id must be 1-128 characters of letters, digits, '_', '-', '.', ':'")
+    return session_id
+
+
+def _new_session(now: float) -> SessionData:
+    return {
+        "title": "",
+        "created_at": now,
+        "updated_at": now,
+        "compressed_context": "",
+        "messages": [],
+    }
+
+
+def _message(raw: dict[str, Any]) -> StoredMessage:
+    """One stored message, with its fields coerced to the v2 types."""
+    message: StoredMessage = {
+        "role": str(raw.get("role") or ""),
+        "content": str(raw.get("content") or ""),
+    }
+    calls = raw.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        message["tool_calls"] = [
+            {
+                "tool": str(call.get("tool", "")),
+                "input": str(call.get("input", "")),
+                "output": str(call.get("output", "")),
+            }
+            for call in calls
+            if isinstance(call, dict)
+        ]
+    return message
+
+
+def _coerce(raw: Any, fallback_time: float) -> SessionData:
+    """Read v1 (bare list) or v2 (object) content into a v2 ``SessionData``."""
+    if isinstance(raw, list):
+        data = _new_session(fallback_time)
+        data["messages"] = [_message(m) for m in raw if isinstance(m, dict)]
+        return data
+    if not isinstance(raw, dict):
+        raise ValueError("session file is neither a v1 array nor a v2 object")
+    data = _new_session(fallback_time)
+    data["title"] = str(raw.get("title") or "")
+    data["created_at"] = float(raw.get("created_at") or fallback_time)
+    data["updated_at"] = float(raw.get("updated_at") or data["created_at"])
+    data["compressed_context"] = str(raw.get("compressed_context") or "")
+    messages = raw.get("messages") or []
+    data["messages"] = [_message(m) for m in messages if isinstance(m, dict)]
+    return data
+
+
+class TranscriptStore:
+    """Reads and writes session transcripts under one ``sessions/`` directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.archive_directory = directory / "archive"
+
+    def path_for(self, session_id: str) -> Path:
+        return self.directory / f"{validate_session_id(session_id)}.json"
+
+    def exists(self, session_id: str) -> bool:
+        return self.path_for(session_id).is_file()
+
+    def _read(self, path: Path) -> SessionData:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise SessionNotFound(path.stem) from exc
+        mtime = path.stat().st_mtime
+        return _coerce(json.loads(text), mtime)
+
+    def load(self, session_id: str) -> SessionData:
+        """The whole session; a v1 file is migrated to v2 on disk the first time it is read."""
+        path = self.path_for(session_id)
+        with file_lock(path):
+            raw = json.loads(self._raw_text(path))
+            data = _coerce(raw, path.stat().st_mtime)
+            if isinstance(raw, list):
+                atomic_write_json(path, data)
+            return data
+
+    def _raw_text(self, path: Path) -> str:
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise SessionNotFound(path.stem) from exc
+
+    def load_messages(self, session_id: str) -> list[StoredMessage]:
+        return self.load(session_id)["messages"]
+
+    def create(self, session_id: str | None = None, title: str = "") -> tuple[str, SessionData]:
+        session_id = validate_session_id(session_id or uuid.uuid4().hex)
+        path = self.path_for(session_id)
+        with file_lock(path):
+            if path.exists():
+                return session_id, self._read(path)
+            data = _new_session(time.time())
+            data["title"] = title
+            atomic_write_json(path, data)
+            return session_id, data
+
+    def ensure(self, session_id: str) -> None:
+        """Create the session file if it does not exist yet."""
+        self.create(session_id)
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        """All sessions, most recently updated first (unreadable files are skipped)."""
+        items: list[dict[str, Any]] = []
+        if not self.directory.is_dir():
+            return items
+        for path in self.directory.glob("*.json"):
+            if not SESSION_ID_PATTERN.fullmatch(path.stem):
+                continue
+            try:
+                data = self._read(path)
+            except (ValueError, OSError):
+                continue
+            items.append(
+                {
+                    "id": path.stem,
+                    "title": data["title"],
+                    "created_at": data["created_at"],
+                    "updated_at": data["updated_at"],
+                    "message_count": len(data["messages"]),
+                }
+            )
+        items.sort(key=lambda item: item["updated_at"], reverse=True)
+        return items
+
+    def _update(self, session_id: str, create: bool, change: Any) -> SessionData:
+        path = self.path_for(session_id)
+        with file_lock(path):
+            try:
+                data = self._read(path)
+            except SessionNotFound:
+                if not create:
+                    raise
+                data = _new_session(time.time())
+            change(data)
+            data["updated_at"] = time.time()
+            atomic_write_json(path, data)
+            return data
+
+    def append(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        tool_calls: list[ToolCallRecord] | None = None,
+    ) -> None:
+        """Append one message (the session is created if needed)."""
+        message: StoredMessage = {"role": role, "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+
+        def change(data: SessionData) -> None:
+            data["messages"].append(message)
+
+        self._update(session_id, True, change)
+
+    def rename(self, session_id: str, title: str) -> SessionData:
+        def change(data: SessionData) -> None:
+            data["title"] = title
+
+        return self._update(session_id, False, change)
+
+    def delete(self, session_id: str) -> None:
+        path = self.path_for(session_id)
+        with file_lock(path):
+            try:
+                path.unlink()
+            except FileNotFoundError as exc:
+                raise SessionNotFound(session_id) from exc
+
+    def load_for_agent(self, session_id: str) -> list[dict[str, str]]:
+        """History shaped for an LLM: consecutive assistant segments merged, summary first."""
+        try:
+            data = self.load(session_id)
+        except SessionNotFound:
+            return []
+        merged: list[dict[str, str]] = []
+        if data["compressed_context"]:
+            merged.append({"role": "assistant", "content": f"{SUMMARY_PREFIX}\n{data['compressed_context']}"})
+        for message in data["messages"]:
+            role = message.get("role")
+            content = str(message.get("content") or "")
+            if role not in ("user", "assistant"):
+                continue
+            if merged and role == "assistant" and merged[-1]["role"] == "assistant":
+                joined = "\n\n".join(part for part in (merged[-1]["content"], content) if part)
+                merged[-1]["content"] = joined
+            else:
+                merged.append({"role": str(role), "content": content})
+        return merged

@@ -1,0 +1,1 @@
+"""Markdown skills: ``skills/<name>/SKILL.md`` directories in OpenClaw/ClawHub format."""

@@ -1,0 +1,125 @@
+"""Shared fixtures: every test gets its own clawlet home, clean provider settings, no network.
+
+Network access is blocked by pytest-socket (see ``addopts`` in pyproject.toml); only loopback is
+allowed, so an accidental call to a real LLM provider fails the test run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from clawlet.api.app import create_app
+from clawlet.config import Settings
+from clawlet.home import init_home
+
+PROVIDER_ENV = (
+    "DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL", "DEEPSEEK_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+    "EMBEDDING_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL",
+)
+
+
+@pytest.fixture(autouse=True)
+def clawlet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point CLAWLET_HOME at a fresh temp dir and drop any provider settings from the environment."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("CLAWLET_HOME", str(home))
+    for name in PROVIDER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("CLAWLET_") and name != "CLAWLET_HOME":
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # so no stray .env from the repository is read
+    return home
+
+
+@pytest.fixture
+def settings(clawlet_home: Path) -> Settings:
+    s = Settings()
+    init_home(s.paths)
+    return s
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveServer:
+    """A real uvicorn server on loopback, running the clawlet app in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.port = free_port()
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture
+def live_server(settings: Settings) -> Iterator[Callable[..., LiveServer]]:
+    """Factory: ``live_server()`` starts the app for ``settings`` (or given settings)."""
+    started: list[LiveServer] = []
+
+    def start(custom: Settings | None = None) -> LiveServer:
+        server = LiveServer(custom or settings).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def server(live_server: Callable[..., LiveServer]) -> LiveServer:
+    return live_server()
+
+
+def parse_sse(text: str) -> list[tuple[str, dict[str, object]]]:
+    """Parse an SSE body into (event, data) pairs, skipping comments."""
+    import json
+
+    events = []
+    for block in text.split("\n\n"):
+        name, data = None, None
+        for line in block.splitlines():
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[5:].strip())
+        if name and data is not None:
+            events.append((name, data))
+    return events
+
+
+def run_async(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
