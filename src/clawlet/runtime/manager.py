@@ -204,6 +204,9 @@ class SessionManager:
                     await run.publish(Title(run.session_id, title))
         finally:
             await run.close()
+            # Watchers keep their own reference; the manager forgets finished runs.
+            if self.runs.get(run.session_id) is run:
+                del self.runs[run.session_id]
 
     async def _title_if_missing(self, session_id: str, user_text: str, reply: str) -> str | None:
         data = await asyncio.to_thread(self.store.load, session_id)
