@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
+from clawlet.files import EditableFiles
 from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.runtime.manager import SessionManager
 from clawlet.sessions.store import TranscriptStore
+from clawlet.skills.scanner import refresh_snapshot
 
 
 @dataclass
@@ -18,6 +20,7 @@ class Services:
     engine: AgentEngine
     transcripts: TranscriptStore
     sessions: SessionManager
+    files: EditableFiles
 
 
 def build_services(settings: Settings, *, demo_token_delay: float = 0.0) -> Services:
@@ -26,4 +29,11 @@ def build_services(settings: Settings, *, demo_token_delay: float = 0.0) -> Serv
     engine = AgentEngine(settings, runtime_config, demo_token_delay=demo_token_delay)
     transcripts = TranscriptStore(paths.sessions)
     manager = SessionManager(settings, transcripts, {"engine": lambda: EngineAdapter(engine)})
-    return Services(settings, runtime_config, engine, transcripts, manager)
+    files = EditableFiles(paths.root)
+
+    def refresh_skills(relative: str) -> None:
+        if relative.startswith("skills/") and relative.endswith("/SKILL.md"):
+            refresh_snapshot(paths.root)
+
+    files.on_save(refresh_skills)
+    return Services(settings, runtime_config, engine, transcripts, manager, files)

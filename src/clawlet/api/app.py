@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from clawlet import __version__
 from clawlet.api.errors import error_body, install_error_handlers
-from clawlet.api.workbench import chat, sessions, skills
+from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
 from clawlet.home import init_home
 from clawlet.services import Services, build_services
@@ -56,6 +56,6 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
                 )
             return await call_next(request)
 
-    for module in (chat, sessions, skills):
+    for module in (chat, sessions, compress, skills, files, tokens, config_api):
         app.include_router(module.router, prefix="/api")
     return app

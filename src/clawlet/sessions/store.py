@@ -248,3 +248,37 @@ class TranscriptStore:
             else:
                 merged.append({"role": str(role), "content": content})
         return merged
+
+
+class CompressionConflict(Exception):
+    """The session changed under a compression (its first messages are not the ones summarised)."""
+
+
+def archive_and_summarise(
+    store: TranscriptStore, session_id: str, archived: list[StoredMessage], summary: str
+) -> tuple[int, int]:
+    """Move ``archived`` (the session's first messages) to ``sessions/archive/`` and add ``summary``
+    to ``compressed_context``. The archive is written before the session, so a crash in between
+    duplicates messages at worst and never loses one. Returns (archived_count, remaining_count)."""
+    path = store.path_for(session_id)
+    with file_lock(path):
+        data = store._read(path)
+        count = len(archived)
+        if data["messages"][:count] != archived:
+            raise CompressionConflict(session_id)
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        archive_path = store.archive_directory / f"{session_id}_{stamp}.json"
+        suffix = 1
+        while archive_path.exists():
+            suffix += 1
+            archive_path = store.archive_directory / f"{session_id}_{stamp}_{suffix}.json"
+        atomic_write_json(
+            archive_path,
+            {"session_id": session_id, "archived_at": time.time(), "messages": archived},
+        )
+        data["messages"] = data["messages"][count:]
+        previous = data["compressed_context"]
+        data["compressed_context"] = f"{previous}\n---\n{summary}" if previous else summary
+        data["updated_at"] = time.time()
+        atomic_write_json(path, data)
+        return count, len(data["messages"])
