@@ -13,6 +13,7 @@ from clawlet import __version__
 from clawlet.config import Settings
 from clawlet.events import (
     NewSegment,
+    Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
@@ -78,6 +79,8 @@ async def _chat_turn(services: object, session_id: str, text: str) -> None:
     run = await services.sessions.start_turn(session_id, text)
     async for event in run.events():
         match event:
+            case Retrieval(results=results):
+                print(f"  🔎 memory: {len(results)} passage(s) retrieved", flush=True)
             case TextDelta(text=piece):
                 print(piece, end="", flush=True)
             case ToolStart(tool=tool, input=tool_input):

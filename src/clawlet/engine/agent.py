@@ -7,6 +7,7 @@ model and tool calls per run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -26,8 +27,11 @@ from langchain_core.tools import BaseTool
 
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.prompt import build_system_prompt
-from clawlet.events import Event, NewSegment, TextDelta, ToolEnd, ToolStart, Usage
+from clawlet.events import Event, NewSegment, Retrieval, TextDelta, ToolEnd, ToolStart, Usage
+from clawlet.llm.demo import RETRIEVAL_HEADER
 from clawlet.llm.providers import build_chat_model
+from clawlet.memory.index import SearchResult
+from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.tools.base import ToolError
 from clawlet.tools.registry import build_tools
@@ -54,6 +58,14 @@ def render_tool_input(args: Any) -> str:
     return json.dumps(args, ensure_ascii=False)
 
 
+def format_retrieval(results: Sequence[SearchResult]) -> str:
+    """The per-request memory context (never stored in the session)."""
+    lines = [RETRIEVAL_HEADER]
+    for rank, item in enumerate(results, start=1):
+        lines.append(f"{rank}. ({item['source']}) {item['text']}")
+    return "\n".join(lines)
+
+
 def to_langchain_messages(history: Sequence[dict[str, str]]) -> list[BaseMessage]:
     messages: list[BaseMessage] = []
     for item in history:
@@ -71,18 +83,22 @@ class AgentEngine:
         self,
         settings: Settings,
         runtime_config: RuntimeConfig,
+        memory: MemoryIndex,
+        knowledge: KnowledgeBase,
         *,
         demo_token_delay: float = 0.0,
     ) -> None:
         self.settings = settings
         self.runtime_config = runtime_config
+        self.memory = memory
+        self.knowledge = knowledge
         self.demo_token_delay = demo_token_delay
 
     def build_model(self) -> BaseChatModel:
         return build_chat_model(self.settings, demo_token_delay=self.demo_token_delay)
 
     def build_tools(self) -> list[BaseTool]:
-        return build_tools(self.settings)
+        return build_tools(self.settings, self.knowledge)
 
     def system_prompt(self) -> str:
         """Rescan skills (rewriting the snapshot if they changed) and assemble the prompt."""
@@ -105,9 +121,19 @@ class AgentEngine:
 
     async def stream(self, message: str, history: Sequence[dict[str, str]]) -> AsyncIterator[Event]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events."""
+        context: list[BaseMessage] = []
+        if self.runtime_config.get_rag_mode():
+            results = await asyncio.to_thread(self.memory.retrieve, message)
+            yield Retrieval(query=message, results=[dict(item) for item in results])
+            if results:
+                context.append(HumanMessage(format_retrieval(results)))
         agent = self.build_agent()
-        inputs = {"messages": [*to_langchain_messages(history), HumanMessage(message)]}
-        config = {"recursion_limit": 2 * self.settings.max_model_calls + 10}
+        inputs = {"messages": [*to_langchain_messages(history), *context, HumanMessage(message)]}
+        # Every model call walks each graph node once (the model, the tools and every middleware
+        # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would
+        # abort with GraphRecursionError before the model-call cap ends the run cleanly.
+        steps_per_model_call = max(2, len(agent.builder.nodes))
+        config = {"recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10}
         tools_ran = False
         input_tokens = output_tokens = 0
         async for mode, payload in agent.astream(inputs, config=config, stream_mode=["messages", "updates"]):

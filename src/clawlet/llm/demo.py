@@ -4,7 +4,8 @@ It lets the whole product run with no API key and no network. It reads the last 
 
 - ``run: <command>`` → calls ``terminal``        - ``python: <code>`` → calls ``python_repl``
 - ``read <path>``   → calls ``read_file``        - ``fetch <url>``    → calls ``fetch_url``
-- ``search <query>`` → calls ``search_knowledge_base``
+- ``search <query>`` → calls ``search_knowledge_base``, ``remember: <fact>`` → calls ``save_memory``
+- with RAG mode on and memory retrieved → answers with what it recalled
 - a weather question (``weather`` / ``天气``) → reads ``skills/get_weather/SKILL.md``
 - after a tool result → answers from that result; anything else → a labelled echo with hints.
 
@@ -42,6 +43,7 @@ DEMO_MODEL_NAME = "demo"
 DEMO_MODEL_LABEL = "demo (offline demo model, no LLM)"
 TITLE_REQUEST_MARKER = "Write a short title for this conversation"
 SUMMARY_REQUEST_MARKER = "Summarise the conversation below"
+RETRIEVAL_HEADER = "[记忆检索结果] Memory retrieved for this message (from memory/MEMORY.md):"
 HINTS = (
     "Try `run: ls`, `python: 1 + 1`, `read workspace/SOUL.md`, `fetch <url>`, `search <query>`, "
     "or ask about the weather (天气)."
@@ -78,6 +80,12 @@ _COMMANDS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     ),
     (re.compile(r"^\s*(?:read|读取)\s*[:：]?\s*(\S+)\s*$", re.I), "read_file", "path", "Reading `{arg}`."),
     (re.compile(r"^\s*(?:fetch|抓取)\s*[:：]?\s*(\S+)\s*$", re.I), "fetch_url", "url", "Fetching {arg}."),
+    (
+        re.compile(r"^\s*(?:remember|记住)\s*[:：]\s*(.+)$", re.I | re.S),
+        "save_memory",
+        "fact",
+        "I'll remember that.",
+    ),
     (
         re.compile(r"^\s*(?:search|搜索)\s*[:：]?\s*(.+)$", re.I | re.S),
         "search_knowledge_base",
@@ -119,6 +127,10 @@ def plan_reply(messages: Sequence[BaseMessage], tool_names: set[str]) -> DemoRep
         match = pattern.match(text)
         if match:
             return _call(tool, {arg_name: match.group(1).strip()}, intro, tool_names)
+    recalled = next((_text_of(m) for m in messages[-2:-1] if RETRIEVAL_HEADER in _text_of(m)), None)
+    if recalled:
+        passages = recalled.split("\n", 1)[1] if "\n" in recalled else ""
+        return DemoReply(f"[demo] Here is what I remember that may help:\n\n{passages}")
     if _WEATHER.search(text):
         path = "skills/get_weather/SKILL.md"
         return _call("read_file", {"path": path}, "Let me read the get_weather skill first.", tool_names)

@@ -1,36 +1,35 @@
-"""``search_knowledge_base``: search the documents under ``knowledge/``.
-
-The retrieval index arrives with the knowledge-base feature; until then the tool answers with a
-clear message so the model can tell the user, instead of failing the run.
-"""
+"""``search_knowledge_base``: hybrid search over the documents under ``knowledge/``."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-INDEX_NOT_BUILT = (
-    "The knowledge base index is not built yet: knowledge search is not available in this "
-    "version of clawlet. Documents are in the knowledge/ folder; use read_file to read them."
-)
+from clawlet.memory.stores import KnowledgeBase
+
+NO_RESULTS = "No passage in the knowledge base matches that query."
 
 
 class SearchInput(BaseModel):
     query: str = Field(description="What to look for in the knowledge base.")
 
 
-def make_knowledge_tool(root: Path) -> BaseTool:
+def make_knowledge_tool(knowledge: KnowledgeBase) -> BaseTool:
     def search_knowledge_base(query: str) -> str:
-        return INDEX_NOT_BUILT
+        results = knowledge.search(query, top_k=3)
+        if not results:
+            return NO_RESULTS
+        return "\n\n".join(
+            f"[{rank}] {item['source']} (score {item['score']:.4f})\n{item['text']}"
+            for rank, item in enumerate(results, start=1)
+        )
 
     return StructuredTool.from_function(
         func=search_knowledge_base,
         name="search_knowledge_base",
         description=(
-            "Search the user's knowledge base (documents in knowledge/) and return the top 3 "
-            "matching passages with their source files."
+            "Search the user's knowledge base (Markdown, text and PDF documents in knowledge/) and "
+            "return the top 3 matching passages with their source files."
         ),
         args_schema=SearchInput,
     )

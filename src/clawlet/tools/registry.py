@@ -5,21 +5,25 @@ from __future__ import annotations
 from langchain_core.tools import BaseTool
 
 from clawlet.config import Settings
+from clawlet.memory.stores import KnowledgeBase
 from clawlet.tools.fetch_url import make_fetch_tool
 from clawlet.tools.knowledge import make_knowledge_tool
+from clawlet.tools.memory import make_memory_tool
 from clawlet.tools.python_repl import make_python_tool
 from clawlet.tools.read_file import make_read_file_tool
 from clawlet.tools.terminal import make_terminal_tool
 
 CORE_TOOL_NAMES = ("terminal", "python_repl", "fetch_url", "read_file", "search_knowledge_base")
+TOOL_NAMES = (*CORE_TOOL_NAMES, "save_memory")
 
 
-def build_tools(settings: Settings) -> list[BaseTool]:
+def build_tools(settings: Settings, knowledge: KnowledgeBase) -> list[BaseTool]:
     home = settings.paths.root
     return [
         make_terminal_tool(home, settings.terminal_timeout),
         make_python_tool(home, settings.python_timeout),
         make_fetch_tool(settings.fetch_timeout),
         make_read_file_tool(home),
-        make_knowledge_tool(home),
+        make_knowledge_tool(knowledge),
+        make_memory_tool(settings.paths.memory_file),
     ]

@@ -1,0 +1,1 @@
+"""Memory and knowledge: chunking, the hybrid (keyword + vector) index, MEMORY.md and knowledge/."""

@@ -1,0 +1,81 @@
+"""The two retrieval stores: ``MemoryIndex`` (memory/MEMORY.md, for RAG mode) and
+``KnowledgeBase`` (documents under knowledge/, for ``search_knowledge_base``).
+
+Both are persisted under ``storage/``, built lazily, and brought up to date before every search:
+MEMORY.md by its MD5 hash, knowledge files by size and modification time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import partial
+from pathlib import Path
+
+from clawlet.config import HomePaths, Settings
+from clawlet.memory.embeddings import EmbeddingClient
+from clawlet.memory.index import HybridIndex, SearchResult, SourceLoader
+
+KNOWLEDGE_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".pdf"}
+MEMORY_SOURCE = "memory/MEMORY.md"
+
+
+def build_embedder(settings: Settings) -> EmbeddingClient | None:
+    """Vectors are used only when an embeddings endpoint is configured (``OPENAI_BASE_URL``)."""
+    if not settings.openai_base_url or not settings.embedding_model:
+        return None
+    return EmbeddingClient(settings.openai_base_url, settings.embedding_model, settings.openai_api_key)
+
+
+def read_document(path: Path) -> str:
+    if path.suffix.lower() == ".pdf":
+        from pypdf import PdfReader
+
+        reader = PdfReader(str(path))
+        return "\n\n".join(page.extract_text() or "" for page in reader.pages)
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+class MemoryIndex:
+    def __init__(self, paths: HomePaths, embedder: EmbeddingClient | None) -> None:
+        self.memory_file = paths.memory_file
+        self.index = HybridIndex(paths.storage / "memory_index" / "index.sqlite3", embedder)
+
+    def refresh(self) -> int:
+        try:
+            text = self.memory_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return self.index.sync({})
+        digest = hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+        return self.index.sync({MEMORY_SOURCE: (digest, lambda: text)})
+
+    def retrieve(self, query: str, top_k: int = 3) -> list[SearchResult]:
+        self.refresh()
+        return self.index.search(query, top_k)
+
+
+class KnowledgeBase:
+    def __init__(self, paths: HomePaths, embedder: EmbeddingClient | None) -> None:
+        self.root = paths.root
+        self.directory = paths.knowledge
+        self.index = HybridIndex(paths.storage / "knowledge_index" / "index.sqlite3", embedder)
+
+    def documents(self) -> dict[str, tuple[str, SourceLoader]]:
+        found: dict[str, tuple[str, SourceLoader]] = {}
+        if not self.directory.is_dir():
+            return found
+        for path in sorted(self.directory.rglob("*")):
+            if not path.is_file() or path.suffix.lower() not in KNOWLEDGE_SUFFIXES:
+                continue
+            if any(part.startswith(".") for part in path.relative_to(self.directory).parts):
+                continue
+            stat = path.stat()
+            source = path.relative_to(self.root).as_posix()
+            found[source] = (f"{stat.st_size}:{stat.st_mtime_ns}", partial(read_document, path))
+        return found
+
+    def refresh(self) -> int:
+        return self.index.sync(self.documents())
+
+    def search(self, query: str, top_k: int = 3) -> list[SearchResult]:
+        self.refresh()
+        return self.index.search(query, top_k)
