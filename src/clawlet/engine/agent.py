@@ -92,10 +92,15 @@ class AgentEngine:
         self.runtime_config = runtime_config
         self.memory = memory
         self.knowledge = knowledge
+        self._model: BaseChatModel | None = None
         self.demo_token_delay = demo_token_delay
 
     def build_model(self) -> BaseChatModel:
-        return build_chat_model(self.settings, demo_token_delay=self.demo_token_delay)
+        """The chat model, built once: models are stateless between calls and building one
+        (with its HTTP client) costs about 15 ms, paid otherwise on every turn."""
+        if self._model is None:
+            self._model = build_chat_model(self.settings, demo_token_delay=self.demo_token_delay)
+        return self._model
 
     def build_tools(self) -> list[BaseTool]:
         return build_tools(self.settings, self.knowledge)
