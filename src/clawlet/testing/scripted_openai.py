@@ -147,8 +147,11 @@ class ScriptedOpenAIServer:
         model: str = "scripted-model",
         host: str = "127.0.0.1",
         port: int = 0,
+        embed: Callable[[str], list[float]] | None = None,
     ) -> None:
         self.model = model
+        self.embed = embed
+        self.embedding_requests: list[JSONDict] = []
         self.host = host
         self._requested_port = port
         self.requests: list[JSONDict] = []
@@ -164,6 +167,7 @@ class ScriptedOpenAIServer:
             routes=[
                 Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
             ]
         )
 
@@ -259,6 +263,27 @@ class ScriptedOpenAIServer:
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def _embeddings(self, request: Request) -> Response:
+        """OpenAI's embeddings API, answered by the ``embed`` function given at construction."""
+        if self.embed is None:
+            return _error(404, "this scripted server has no embed function")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "request body is not JSON")
+        inputs = body.get("input") if isinstance(body, dict) else None
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not all(isinstance(item, str) for item in inputs):
+            return _error(400, "input must be a string or a list of strings")
+        with self._lock:
+            self.embedding_requests.append(body)
+        data = [
+            {"object": "embedding", "index": index, "embedding": self.embed(text)}
+            for index, text in enumerate(inputs)
+        ]
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model", ""), "usage": {}})
 
     async def _chat_completions(self, request: Request) -> Response:
         try:
