@@ -17,9 +17,11 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
     ModelCallLimitMiddleware,
+    ModelRequest,
     ToolCallLimitMiddleware,
     ToolCallRequest,
     ToolErrorMiddleware,
+    dynamic_prompt,
 )
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
@@ -93,6 +95,7 @@ class AgentEngine:
         self.memory = memory
         self.knowledge = knowledge
         self._model: BaseChatModel | None = None
+        self._agent: Any = None
         self.demo_token_delay = demo_token_delay
 
     def build_model(self) -> BaseChatModel:
@@ -112,17 +115,23 @@ class AgentEngine:
         return build_system_prompt(home, rag_mode=self.runtime_config.get_rag_mode())
 
     def build_agent(self) -> Any:
-        middleware: list[AgentMiddleware[Any, Any, Any]] = [
-            ToolErrorMiddleware(on_error=tool_error_text),
-            ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
-            ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),
-        ]
-        return create_agent(
-            self.build_model(),
-            self.build_tools(),
-            system_prompt=self.system_prompt(),
-            middleware=middleware,
-        )
+        """The compiled agent, built once. The system prompt is not baked in: the
+        ``workspace_prompt`` middleware reassembles it from the files before every model call, so
+        edits apply at once without paying for a graph compile (about 14 ms) on every turn."""
+        if self._agent is None:
+
+            @dynamic_prompt
+            def workspace_prompt(request: ModelRequest[Any]) -> str:
+                return self.system_prompt()
+
+            middleware: list[AgentMiddleware[Any, Any, Any]] = [
+                workspace_prompt,
+                ToolErrorMiddleware(on_error=tool_error_text),
+                ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
+                ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),
+            ]
+            self._agent = create_agent(self.build_model(), self.build_tools(), middleware=middleware)
+        return self._agent
 
     async def stream(self, message: str, history: Sequence[dict[str, str]]) -> AsyncIterator[Event]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events."""
