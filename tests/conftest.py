@@ -21,8 +21,14 @@ from clawlet.config import Settings
 from clawlet.home import init_home
 
 PROVIDER_ENV = (
-    "DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL", "DEEPSEEK_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-    "EMBEDDING_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL",
+    "DEEPSEEK_API_KEY",
+    "DEEPSEEK_BASE_URL",
+    "DEEPSEEK_MODEL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "EMBEDDING_MODEL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_MODEL",
 )
 
 

@@ -26,6 +26,9 @@ from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
 
 DEMO_TOKEN_DELAY = 0.02
+# On SIGTERM / Ctrl+C, open streams get this long to finish; then they are closed and running
+# turns are cancelled (their partial output is saved) instead of keeping the process alive.
+GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
 def is_loopback(host: str) -> bool:
@@ -68,7 +71,13 @@ def cmd_serve(settings: Settings) -> int:
     print(f"clawlet {__version__} · home {settings.paths.root} · model {info.label}")
     print(f"listening on http://{settings.host}:{settings.port}  (Ctrl+C to stop)")
     app = create_app(settings, demo_token_delay=DEMO_TOKEN_DELAY)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
     return 0
 
 

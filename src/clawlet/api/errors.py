@@ -36,7 +36,9 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     details = []
     for item in exc.errors():
-        location = [str(part) for part in item.get("loc", ()) if part != "body"]
+        # An unparseable body's "location" is a character offset, not a field.
+        parts = () if item.get("type") == "json_invalid" else item.get("loc", ())
+        location = [str(part) for part in parts if part != "body"]
         details.append({"field": ".".join(location) or "body", "message": item.get("msg", "")})
     return details
 

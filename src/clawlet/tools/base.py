@@ -13,6 +13,10 @@ from pathlib import Path
 _SAFE_ENV_NAMES = {"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "SHELL", "USER", "LOGNAME"}
 
 
+# Subprocess output kept in memory (far above every tool's output cap); the rest is discarded.
+MAX_COLLECTED_BYTES = 1_000_000
+
+
 class ToolError(Exception):
     """A tool failed in a way the model should hear about (it becomes an error ToolMessage)."""
 
@@ -64,22 +68,40 @@ async def run_process(
         "start_new_session": True,
     }
     process = await asyncio.create_subprocess_exec(*argv, **kwargs)  # type: ignore[arg-type]
+    # Output is collected as it arrives, so what a command printed before a timeout is kept; past
+    # MAX_COLLECTED_BYTES it is drained and dropped, so an endless writer cannot exhaust memory.
+    collected = bytearray()
+
+    async def collect() -> None:
+        assert process.stdout is not None
+        while chunk := await process.stdout.read(65536):
+            room = MAX_COLLECTED_BYTES - len(collected)
+            if room > 0:
+                collected.extend(chunk[:room])
+
+    async def feed() -> None:
+        assert process.stdin is not None and stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            process.stdin.write(stdin)
+            await process.stdin.drain()
+        process.stdin.close()
+
+    async def communicate() -> None:
+        await asyncio.gather(collect(), *([feed()] if stdin is not None else []))
+        await process.wait()
+
     try:
-        stdout, _ = await asyncio.wait_for(process.communicate(stdin), timeout=timeout)
+        await asyncio.wait_for(communicate(), timeout=timeout)
     except TimeoutError:
         _kill_group(process.pid)
-        stdout = b""
-        if process.stdout is not None:
-            try:
-                stdout = await asyncio.wait_for(process.stdout.read(), timeout=1)
-            except (TimeoutError, ValueError):
-                stdout = b""
+        with contextlib.suppress(TimeoutError, ValueError):
+            await asyncio.wait_for(collect(), timeout=1)
         await process.wait()
-        return ProcessResult(stdout.decode("utf-8", errors="replace"), None, True)
+        return ProcessResult(collected.decode("utf-8", errors="replace"), None, True)
     except asyncio.CancelledError:
         _kill_group(process.pid)
         raise
-    return ProcessResult(stdout.decode("utf-8", errors="replace"), process.returncode, False)
+    return ProcessResult(collected.decode("utf-8", errors="replace"), process.returncode, False)
 
 
 def _kill_group(pid: int) -> None:

@@ -39,12 +39,13 @@ def make_python_tool(home: Path, timeout: float = 30.0) -> BaseTool:
             timeout=timeout,
             stdin=code.encode("utf-8"),
         )
-        output = result.output
+        # Cap first, so the timeout / exit-code note is never cut off by the cap.
+        output = cap_output(result.output.strip(), MAX_OUTPUT_CHARS)
         if result.timed_out:
             output += f"\n[timed out after {timeout:g} s; the process was killed]"
         elif result.exit_code:
             output += f"\n[exit code {result.exit_code}]"
-        return cap_output(output.strip() or "(no output)", MAX_OUTPUT_CHARS)
+        return output.strip() or "(no output)"
 
     return StructuredTool.from_function(
         coroutine=python_repl,

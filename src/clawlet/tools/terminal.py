@@ -47,12 +47,13 @@ def make_terminal_tool(home: Path, timeout: float = 30.0) -> BaseTool:
         if reason:
             raise ToolError(f"command refused by the safety blacklist ({reason})")
         result = await run_process(["/bin/bash", "-c", command], cwd=home, timeout=timeout)
-        output = result.output
+        # Cap first, so the timeout / exit-code note is never cut off by the cap.
+        output = cap_output(result.output.strip(), MAX_OUTPUT_CHARS)
         if result.timed_out:
             output += f"\n[timed out after {timeout:g} s; the command was killed]"
         elif result.exit_code:
             output += f"\n[exit code {result.exit_code}]"
-        return cap_output(output.strip() or "(no output)", MAX_OUTPUT_CHARS)
+        return output.strip() or "(no output)"
 
     return StructuredTool.from_function(
         coroutine=terminal,

@@ -1,0 +1,179 @@
+"""Chat turns as runs: cancel, client disconnects, concurrency, fresh prompts, multi-turn history."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import LiveServer, parse_sse
+
+
+def chat(server: LiveServer, session_id: str, message: str) -> list[tuple[str, dict[str, Any]]]:
+    response = httpx.post(
+        f"{server.url}/api/chat", json={"message": message, "session_id": session_id}, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    return parse_sse(response.text)
+
+
+def stored(server: LiveServer, session_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        (server.settings.paths.sessions / f"{session_id}.json").read_text(encoding="utf-8")
+    )
+    return data
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (it is gone, or a zombie waiting to be reaped)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_cancel_a_running_turn(server: LiveServer) -> None:
+    pid_file = server.settings.paths.root / "child.pid"
+    code = "import os, time; open('child.pid', 'w').write(str(os.getpid())); time.sleep(20)"
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{server.url}/api/chat", json={"message": f"python: {code}", "session_id": "c1"}
+        ) as stream,
+    ):
+        lines = stream.iter_lines()
+        assert any(line.startswith("event: tool_start") for line in lines)
+        assert wait_until(pid_file.exists)
+        assert wait_until(lambda: pid_file.read_text().strip() != "")
+        child = int(pid_file.read_text())
+        assert not process_gone(child)
+        started = time.monotonic()
+        response = client.post(f"{server.url}/api/sessions/c1/cancel")
+        assert response.json() == {"session_id": "c1", "cancelled": True}
+        events = parse_sse("\n".join(lines) + "\n\n")
+        elapsed = time.monotonic() - started
+    assert elapsed < 5
+    assert events[-1][0] == "done"
+    assert events[-1][1]["cancelled"] is True
+    assert "Running that Python code." in str(events[-1][1]["content"])
+    assert not any(name == "title" for name, _ in events)
+    assert wait_until(lambda: process_gone(child), timeout=5), "the python subprocess survived the cancel"
+
+    messages = stored(server, "c1")["messages"]
+    assert messages[0] == {"role": "user", "content": f"python: {code}"}
+    assert messages[1]["role"] == "assistant"
+    assert messages[1]["content"] == "Running that Python code."
+    assert messages[1]["tool_calls"] == [{"tool": "python_repl", "input": code, "output": ""}]
+    assert len(messages) == 2
+    history = httpx.get(f"{server.url}/api/sessions/c1/history").json()
+    assert history["running"] is False
+    # The session takes new turns after a cancel, and the cancelled turn is in its history.
+    assert chat(server, "c1", "run: echo after")[-1][0] in ("done", "title")
+    agent_view = httpx.get(f"{server.url}/api/sessions/c1/messages").json()["messages"]
+    assert [m["role"] for m in agent_view] == ["system", "user", "assistant", "user", "assistant"]
+
+
+def test_client_disconnect_does_not_lose_the_reply(server: LiveServer) -> None:
+    message = "python: import time; time.sleep(1); print('finished-late')"
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{server.url}/api/chat", json={"message": message, "session_id": "d1"}
+        ) as stream,
+    ):
+        for line in stream.iter_lines():
+            if line.startswith("event: token"):
+                break
+        # Leaving the block closes the connection mid-stream.
+    assert httpx.get(f"{server.url}/api/sessions/d1/history").json()["running"] is True
+
+    def finished() -> bool:
+        history = httpx.get(f"{server.url}/api/sessions/d1/history").json()
+        return history["running"] is False and len(history["messages"]) == 3
+
+    assert wait_until(finished, timeout=15)
+    data = stored(server, "d1")
+    messages = data["messages"]
+    assert messages[0] == {"role": "user", "content": message}
+    assert messages[1]["tool_calls"][0]["tool"] == "python_repl"
+    assert messages[1]["tool_calls"][0]["output"] == "finished-late"
+    assert "finished-late" in messages[2]["content"]
+    assert wait_until(lambda: stored(server, "d1")["title"] != "")
+
+
+def test_turns_on_two_sessions_run_concurrently(server: LiveServer) -> None:
+    results: dict[str, tuple[float, list[tuple[str, dict[str, Any]]]]] = {}
+    start = time.monotonic()
+
+    def turn(session_id: str, message: str) -> None:
+        events = chat(server, session_id, message)
+        results[session_id] = (time.monotonic() - start, events)
+
+    slow = threading.Thread(
+        target=turn, args=("slow", "python: import time; time.sleep(2); print('slow-done')")
+    )
+    fast = threading.Thread(target=turn, args=("fast", "run: echo fast-done"))
+    slow.start()
+    time.sleep(0.3)
+    fast.start()
+    slow.join(30)
+    fast.join(30)
+    assert set(results) == {"slow", "fast"}
+    slow_time, slow_events = results["slow"]
+    fast_time, fast_events = results["fast"]
+    assert fast_time < slow_time - 0.5, "the fast session waited for the slow one"
+    assert slow_time < 10
+    for events, marker in ((slow_events, "slow-done"), (fast_events, "fast-done")):
+        done = next(data for name, data in events if name == "done")
+        assert marker in str(done["content"])
+    assert stored(server, "slow")["messages"][1]["tool_calls"][0]["output"] == "slow-done"
+    assert stored(server, "fast")["messages"][1]["tool_calls"][0]["output"] == "fast-done"
+
+
+def test_system_prompt_is_rebuilt_from_disk_each_run(server: LiveServer) -> None:
+    soul = server.settings.paths.workspace / "SOUL.md"
+    soul.write_text("# Soul\nYou are a calm otter.\n", encoding="utf-8")
+    chat(server, "p1", "hello")
+    prompt = httpx.get(f"{server.url}/api/sessions/p1/messages").json()["messages"][0]["content"]
+    assert "<!-- Soul -->\n# Soul\nYou are a calm otter." in prompt
+
+    soul.write_text("# Soul\nYou are an excitable parrot.\n", encoding="utf-8")
+    chat(server, "p1", "hello again")
+    prompt = httpx.get(f"{server.url}/api/sessions/p1/messages").json()["messages"][0]["content"]
+    assert "excitable parrot" in prompt and "calm otter" not in prompt
+
+    soul.write_text("# Soul\nYou are a sleepy cat.\n", encoding="utf-8")
+    # RAG mode does not change the other components; it only swaps the memory section.
+    httpx.put(f"{server.url}/api/config/rag-mode", json={"enabled": True})
+    rag_prompt = httpx.get(f"{server.url}/api/sessions/p1/messages").json()["messages"][0]["content"]
+    assert "sleepy cat" in rag_prompt and "[记忆检索结果]" in rag_prompt
+
+
+def test_multi_turn_history_continuity(server: LiveServer) -> None:
+    chat(server, "mt", "my name is Ada")
+    chat(server, "mt", "run: echo second")
+    messages = httpx.get(f"{server.url}/api/sessions/mt/messages").json()["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert messages[1]["content"] == "my name is Ada"
+    assert "my name is Ada" in messages[2]["content"]
+    assert messages[3]["content"] == "run: echo second"
+    # The two assistant segments of the tool turn are merged into one message for the model.
+    assert "Running `echo second`" in messages[4]["content"] and "second" in messages[4]["content"]
+    assert "\n\n" in messages[4]["content"]
+    assert len(stored(server, "mt")["messages"]) == 5  # user, assistant, user, 2 segments
+    assert os.path.getsize(server.settings.paths.sessions / "mt.json") > 0
