@@ -23,7 +23,6 @@ from clawlet.events import (
     ToolStart,
 )
 from clawlet.home import init_home
-from clawlet.llm.providers import ProviderConfigError, describe_model
 
 DEMO_TOKEN_DELAY = 0.02
 # On SIGTERM / Ctrl+C, open streams get this long to finish; then they are closed and running
@@ -54,6 +53,7 @@ def cmd_serve(settings: Settings) -> int:
     import uvicorn
 
     from clawlet.api.app import create_app
+    from clawlet.llm.providers import ProviderConfigError, describe_model
 
     if not is_loopback(settings.host) and not settings.api_token:
         print(
@@ -111,6 +111,7 @@ async def _chat_turn(services: object, session_id: str, text: str) -> None:
 
 
 async def _chat(settings: Settings, session_id: str, messages: Sequence[str]) -> int:
+    from clawlet.llm.providers import describe_model
     from clawlet.services import build_services
 
     init_home(settings.paths)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from clawlet.config import HomePaths
 from clawlet.skills.scanner import refresh_snapshot
-from clawlet.storage import atomic_write_bytes
+from clawlet.storage import atomic_write_bytes, remove_stale_temp_files
 
 TEMPLATE_PACKAGE = "clawlet.templates"
 
@@ -44,6 +44,8 @@ def init_home(paths: HomePaths) -> list[Path]:
         if not target.exists():
             atomic_write_bytes(target, template.read_bytes())
             created.append(target)
+    for directory in (paths.sessions, paths.workspace, paths.memory_file.parent, paths.root):
+        remove_stale_temp_files(directory)
     refresh_snapshot(paths.root)
     return created
 

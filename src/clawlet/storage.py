@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -52,6 +53,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def remove_stale_temp_files(directory: Path, older_than: float = 60.0) -> int:
+    """Delete temp files an interrupted atomic write left behind (``.<name>.*.tmp``)."""
+    removed = 0
+    cutoff = time.time() - older_than
+    for leftover in directory.glob(".*.tmp"):
+        try:
+            if leftover.is_file() and leftover.stat().st_mtime < cutoff:
+                leftover.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -46,6 +46,10 @@ class SessionNotFound(KeyError):
     """No transcript exists for this id."""
 
 
+class SessionCorrupt(ValueError):
+    """The session file exists but is not a readable v1/v2 transcript; it is left untouched."""
+
+
 class InvalidSessionId(ValueError):
     """The id could not be a file name (traversal, odd characters, too long)."""
 
@@ -117,20 +121,28 @@ class TranscriptStore:
     def exists(self, session_id: str) -> bool:
         return self.path_for(session_id).is_file()
 
-    def _read(self, path: Path) -> SessionData:
+    def _parse(self, path: Path) -> Any:
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError as exc:
-            raise SessionNotFound(path.stem) from exc
-        mtime = path.stat().st_mtime
-        return _coerce(json.loads(text), mtime)
+            return json.loads(self._raw_text(path))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise SessionCorrupt(path.stem) from exc
+
+    def _read(self, path: Path) -> SessionData:
+        raw = self._parse(path)
+        try:
+            return _coerce(raw, path.stat().st_mtime)
+        except ValueError as exc:
+            raise SessionCorrupt(path.stem) from exc
 
     def load(self, session_id: str) -> SessionData:
         """The whole session; a v1 file is migrated to v2 on disk the first time it is read."""
         path = self.path_for(session_id)
         with file_lock(path):
-            raw = json.loads(self._raw_text(path))
-            data = _coerce(raw, path.stat().st_mtime)
+            raw = self._parse(path)
+            try:
+                data = _coerce(raw, path.stat().st_mtime)
+            except ValueError as exc:
+                raise SessionCorrupt(session_id) from exc
             if isinstance(raw, list):
                 atomic_write_json(path, data)
             return data

@@ -12,9 +12,10 @@ from pydantic import BaseModel, Field, field_validator
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.sse import KEEPALIVE, sse_frame, workbench_event
+from clawlet.api.workbench.sessions import corrupt_error
 from clawlet.events import RunCancelled, RunFailed, RunFinished, Title
 from clawlet.runtime.manager import Run, SessionBusy
-from clawlet.sessions.store import InvalidSessionId, validate_session_id
+from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
 
 router = APIRouter()
 
@@ -68,6 +69,8 @@ async def chat(body: ChatRequest, services: ServicesDep) -> StreamingResponse | 
         run = await services.sessions.start_turn(session_id, body.message)
     except InvalidSessionId as exc:
         raise ApiError(422, "invalid_request", str(exc)) from exc
+    except SessionCorrupt as exc:
+        raise corrupt_error(session_id) from exc
     except SessionBusy as exc:
         raise ApiError(
             409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"

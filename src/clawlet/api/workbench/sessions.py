@@ -12,7 +12,7 @@ from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.engine.titles import generate_title
 from clawlet.services import Services
-from clawlet.sessions.store import InvalidSessionId, SessionData, SessionNotFound
+from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionData, SessionNotFound
 
 router = APIRouter()
 
@@ -40,6 +40,16 @@ def load_or_404(services: Services, session_id: str) -> SessionData:
         raise ApiError(422, "invalid_request", str(exc)) from exc
     except SessionNotFound as exc:
         raise ApiError(404, "not_found", f"session {session_id!r} not found") from exc
+    except SessionCorrupt as exc:
+        raise corrupt_error(session_id) from exc
+
+
+def corrupt_error(session_id: str) -> ApiError:
+    return ApiError(
+        409,
+        "session_corrupt",
+        f"sessions/{session_id}.json is not a valid session file; it was left untouched — fix or delete it",
+    )
 
 
 def summary(session_id: str, data: SessionData) -> dict[str, Any]:
