@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home)
     host: str = "127.0.0.1"
     port: int = 8002
-    api_token: str | None = None
+    api_token: str | None = Field(default=None, validation_alias=AliasChoices("CLAWLET_API_TOKEN", "API_KEY"))
 
     provider: ProviderName = "auto"
     llm_model: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -10,11 +11,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from clawlet import __version__
-from clawlet.api.errors import error_body, install_error_handlers
+from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
+from clawlet.api.openai import chat as openai_chat
+from clawlet.api.openai.errors import openai_error
 from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
 from clawlet.home import init_home
 from clawlet.services import Services, build_services
+
+log = logging.getLogger(__name__)
 
 
 def token_matches(expected: str, authorization: str | None) -> bool:
@@ -46,9 +51,17 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
         async def require_token(
             request: Request, call_next: Callable[[Request], Awaitable[Response]]
         ) -> Response:
-            if request.url.path.startswith("/api/") and not token_matches(
-                expected, request.headers.get("authorization")
-            ):
+            path = request.url.path
+            guarded = path.startswith(("/api/", OPENAI_PREFIX))
+            if guarded and not token_matches(expected, request.headers.get("authorization")):
+                log.warning(
+                    "auth failure: %s %s from %s",
+                    request.method,
+                    path,
+                    request.client.host if request.client else "?",
+                )
+                if path.startswith(OPENAI_PREFIX):
+                    return openai_error("missing or invalid API key", 401, code="invalid_api_key")
                 return JSONResponse(
                     error_body("unauthorized", "missing or wrong bearer token"),
                     status_code=401,
@@ -58,4 +71,5 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
 
     for module in (chat, sessions, compress, skills, files, tokens, config_api):
         app.include_router(module.router, prefix="/api")
+    app.include_router(openai_chat.router, prefix="/v1")
     return app

@@ -14,6 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from clawlet.api.openai.errors import openai_error
+
 log = logging.getLogger(__name__)
 
 
@@ -43,7 +45,16 @@ def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     return details
 
 
+OPENAI_PREFIX = "/v1/"
+
+
+def is_openai_path(request: Request) -> bool:
+    return request.url.path.startswith(OPENAI_PREFIX)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    """One error format per surface: OpenAI's under ``/v1/``, the workbench's elsewhere."""
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
@@ -52,6 +63,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         details = _validation_details(exc)
         summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+        if is_openai_path(request):
+            param = details[0]["field"] if details else None
+            return openai_error(f"invalid request: {summary}", 400, param=param)
         return JSONResponse(
             error_body("invalid_request", f"invalid request: {summary}", details), status_code=422
         )
@@ -61,6 +75,8 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(
             exc.status_code, "http_error"
         )
+        if is_openai_path(request):
+            return openai_error(str(exc.detail), exc.status_code, code=code)
         return JSONResponse(
             error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
@@ -68,4 +84,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
+        if is_openai_path(request):
+            return openai_error("internal server error", 500, code="internal_error", run_started=True)
         return JSONResponse(error_body("internal_error", "internal server error"), status_code=500)

@@ -157,17 +157,33 @@ class SessionManager:
             self.adapters[session_id] = adapter
         return adapter
 
-    async def start_turn(self, session_id: str, text: str, config: RunConfig | None = None) -> Run:
-        """Save the user message and start the turn in the background; raise SessionBusy if one runs."""
+    async def start_turn(
+        self,
+        session_id: str,
+        text: str,
+        config: RunConfig | None = None,
+        *,
+        prior: list[dict[str, str]] | None = None,
+        title: bool = True,
+    ) -> Run:
+        """Save the user message and start the turn in the background; raise SessionBusy if one runs.
+
+        ``prior`` (from clients that send the whole conversation, like OpenAI's) seeds the history of
+        a session that has none stored yet; a stored history always wins. ``title=False`` skips the
+        title generated after a session's first exchange."""
         if self.is_running(session_id):
             raise SessionBusy(session_id)
         config = config or RunConfig()
         adapter = await self._adapter(session_id, config)
         history = await asyncio.to_thread(self.store.load_for_agent, session_id)
-        is_first = not any(item["role"] == "user" for item in history)
+        seed = prior if prior and not history else []
+        history = history or list(seed)
+        is_first = title and not any(item["role"] == "user" for item in history)
         run = Run(session_id)
         self.runs[session_id] = run
         try:
+            for item in seed:
+                await asyncio.to_thread(self.store.append, session_id, item["role"], item["content"])
             await asyncio.to_thread(self.store.append, session_id, "user", text)
         except BaseException:
             self.runs.pop(session_id, None)
