@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +41,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8002
     api_token: str | None = Field(default=None, validation_alias=AliasChoices("CLAWLET_API_TOKEN", "API_KEY"))
+
+    workspace_base: Path | None = Field(
+        default=None, validation_alias=AliasChoices("CLAWLET_WORKSPACE_BASE", "WORKSPACE_BASE")
+    )
 
     provider: ProviderName = "auto"
     llm_model: str | None = None
@@ -80,7 +83,13 @@ class Settings(BaseSettings):
             return "anthropic"
         return "demo"
 
-    @cached_property
+    @property
+    def workspaces_root(self) -> Path:
+        """Where named workspaces live: ``$WORKSPACE_BASE`` or ``<home>/workspaces``."""
+        base = self.workspace_base or self.home / "workspaces"
+        return base.expanduser().resolve()
+
+    @property
     def paths(self) -> HomePaths:
         return HomePaths(self.home.expanduser().resolve())
 

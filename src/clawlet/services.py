@@ -1,12 +1,20 @@
-"""The services one server process holds, built once and shared by every edge."""
+"""The services one server process holds, built once and shared by every edge.
+
+A named workspace is a clawlet home of its own under ``workspaces_root`` (its own workspace files,
+memory, skills, knowledge and transcripts); :class:`Workspaces` builds its services on first use.
+The default workspace (no name, or ``shared`` as the UniAiAgent seed calls it) is the main home.
+"""
 
 from __future__ import annotations
 
+import re
+import threading
 from dataclasses import dataclass
 
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
 from clawlet.files import EditableFiles
+from clawlet.home import init_home
 from clawlet.memory.stores import MEMORY_SOURCE, KnowledgeBase, MemoryIndex, build_embedder
 from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.runtime.manager import SessionManager
@@ -47,3 +55,43 @@ def build_services(settings: Settings, *, demo_token_delay: float = 0.0) -> Serv
 
     files.on_save(after_save)
     return Services(settings, runtime_config, engine, transcripts, manager, files, memory, knowledge)
+
+
+WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+DEFAULT_WORKSPACE_NAMES = ("", "shared", "default")
+
+
+class InvalidWorkspace(ValueError):
+    """A workspace name that could not be a directory name (traversal, odd characters)."""
+
+
+class Workspaces:
+    """The default workspace's services plus lazily built ones for named workspaces."""
+
+    def __init__(self, default: Services, *, demo_token_delay: float = 0.0) -> None:
+        self.default = default
+        self.demo_token_delay = demo_token_delay
+        self._named: dict[str, Services] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str | None) -> Services:
+        if name is None or name.strip().lower() in DEFAULT_WORKSPACE_NAMES:
+            return self.default
+        name = name.strip()
+        if not WORKSPACE_NAME.fullmatch(name):
+            raise InvalidWorkspace(
+                "workspace names are 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+            )
+        with self._lock:
+            services = self._named.get(name)
+            if services is None:
+                base = self.default.settings
+                settings = base.model_copy(update={"home": base.workspaces_root / name})
+                init_home(settings.paths)
+                services = build_services(settings, demo_token_delay=self.demo_token_delay)
+                self._named[name] = services
+            return services
+
+    def all(self) -> list[Services]:
+        with self._lock:
+            return [self.default, *self._named.values()]

@@ -11,13 +11,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from clawlet import __version__
+from clawlet.api import native
 from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
 from clawlet.api.openai import chat as openai_chat
 from clawlet.api.openai.errors import openai_error
+from clawlet.api.static import install_static
 from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
 from clawlet.home import init_home
-from clawlet.services import Services, build_services
+from clawlet.services import Services, Workspaces, build_services
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +35,18 @@ def token_matches(expected: str, authorization: str | None) -> bool:
 def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.0) -> FastAPI:
     settings = settings or Settings()
     services: Services = build_services(settings, demo_token_delay=demo_token_delay)
+    workspaces = Workspaces(services, demo_token_delay=demo_token_delay)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         init_home(settings.paths)
         yield
-        await services.sessions.shutdown()
+        for each in workspaces.all():
+            await each.sessions.shutdown()
 
     app = FastAPI(title="clawlet", version=__version__, lifespan=lifespan)
     app.state.services = services
+    app.state.workspaces = workspaces
     install_error_handlers(app)
 
     if settings.api_token:
@@ -71,5 +76,7 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
 
     for module in (chat, sessions, compress, skills, files, tokens, config_api):
         app.include_router(module.router, prefix="/api")
+    app.include_router(native.router, prefix="/api")
     app.include_router(openai_chat.router, prefix="/v1")
+    install_static(app)
     return app

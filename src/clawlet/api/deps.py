@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from clawlet.services import Services
+from clawlet.services import Services, Workspaces
 
 
 def get_services(request: Request) -> Services:
@@ -15,3 +15,11 @@ def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_workspaces(request: Request) -> Workspaces:
+    workspaces: Workspaces = request.app.state.workspaces
+    return workspaces
+
+
+WorkspacesDep = Annotated[Workspaces, Depends(get_workspaces)]

@@ -28,6 +28,8 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Huma
 from langchain_core.tools import BaseTool
 
 from clawlet.config import RuntimeConfig, Settings
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.events import Event, NewSegment, Retrieval, TextDelta, ToolEnd, ToolStart, Usage
 from clawlet.llm.demo import RETRIEVAL_HEADER
@@ -122,27 +124,37 @@ class AgentEngine:
 
             @dynamic_prompt
             def workspace_prompt(request: ModelRequest[Any]) -> str:
-                return self.system_prompt()
+                extra = context_of(request.runtime).extra_system_prompt
+                prompt = self.system_prompt()
+                return f"{prompt}\n\n<!-- Request System Prompt -->\n{extra}" if extra else prompt
 
             middleware: list[AgentMiddleware[Any, Any, Any]] = [
                 workspace_prompt,
+                ToolPermissionMiddleware(),
                 ToolErrorMiddleware(on_error=tool_error_text),
                 ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
                 ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),
             ]
-            self._agent = create_agent(self.build_model(), self.build_tools(), middleware=middleware)
+            self._agent = create_agent(
+                self.build_model(), self.build_tools(), middleware=middleware, context_schema=RunContext
+            )
         return self._agent
 
-    async def stream(self, message: str, history: Sequence[dict[str, str]]) -> AsyncIterator[Event]:
+    def tool_names(self) -> list[str]:
+        return [tool.name for tool in self.build_tools()]
+
+    async def stream(
+        self, message: str, history: Sequence[dict[str, str]], context: RunContext = DEFAULT_CONTEXT
+    ) -> AsyncIterator[Event]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events."""
-        context: list[BaseMessage] = []
+        recalled: list[BaseMessage] = []
         if self.runtime_config.get_rag_mode():
             results = await asyncio.to_thread(self.memory.retrieve, message)
             yield Retrieval(query=message, results=[dict(item) for item in results])
             if results:
-                context.append(HumanMessage(format_retrieval(results)))
+                recalled.append(HumanMessage(format_retrieval(results)))
         agent = self.build_agent()
-        inputs = {"messages": [*to_langchain_messages(history), *context, HumanMessage(message)]}
+        inputs = {"messages": [*to_langchain_messages(history), *recalled, HumanMessage(message)]}
         # Every model call walks each graph node once (the model, the tools and every middleware
         # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would
         # abort with GraphRecursionError before the model-call cap ends the run cleanly.
@@ -150,7 +162,9 @@ class AgentEngine:
         config = {"recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10}
         tools_ran = False
         input_tokens = output_tokens = 0
-        async for mode, payload in agent.astream(inputs, config=config, stream_mode=["messages", "updates"]):
+        async for mode, payload in agent.astream(
+            inputs, config=config, context=context, stream_mode=["messages", "updates"]
+        ):
             if mode == "messages":
                 chunk, metadata = payload
                 if not isinstance(chunk, AIMessageChunk) or metadata.get("langgraph_node") != MODEL_NODE:

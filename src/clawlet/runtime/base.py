@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import Event
 
 
@@ -24,6 +25,7 @@ class UserMessage:
 
     text: str
     history: list[dict[str, str]] = field(default_factory=list)
+    context: RunContext = DEFAULT_CONTEXT
 
 
 class RuntimeError_(Exception):

@@ -24,7 +24,7 @@ class EngineAdapter(RuntimeAdapter):
         self.turns += 1
         self.running = True
         try:
-            async for event in self.engine.stream(data.text, data.history):
+            async for event in self.engine.stream(data.text, data.history, data.context):
                 yield event
         finally:
             self.running = False

@@ -15,6 +15,7 @@ from contextlib import aclosing, suppress
 from typing import Any
 
 from clawlet.config import Settings
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.titles import generate_title
 from clawlet.events import (
     Event,
@@ -165,6 +166,7 @@ class SessionManager:
         *,
         prior: list[dict[str, str]] | None = None,
         title: bool = True,
+        context: RunContext = DEFAULT_CONTEXT,
     ) -> Run:
         """Save the user message and start the turn in the background; raise SessionBusy if one runs.
 
@@ -189,7 +191,7 @@ class SessionManager:
             self.runs.pop(session_id, None)
             raise
         run.task = asyncio.create_task(
-            self._drive(run, adapter, UserMessage(text, history), is_first),
+            self._drive(run, adapter, UserMessage(text, history, context), is_first),
             name=f"turn-{session_id}",
         )
         return run

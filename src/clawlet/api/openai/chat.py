@@ -19,9 +19,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from clawlet.api.deps import ServicesDep
+from clawlet.api.deps import ServicesDep, WorkspacesDep
 from clawlet.api.openai.errors import openai_error, openai_error_body
+from clawlet.api.options import (
+    BODY_KEYS,
+    HEADER_KEYS,
+    AgentOptions,
+    OptionError,
+    check_tool_names,
+    extract_in_message,
+    from_mapping,
+)
 from clawlet.api.sse import KEEPALIVE
+from clawlet.engine.context import RunContext
 from clawlet.events import (
     NewSegment,
     RunCancelled,
@@ -34,6 +44,7 @@ from clawlet.events import (
 )
 from clawlet.llm.providers import describe_model
 from clawlet.runtime.manager import Run, SessionBusy
+from clawlet.services import InvalidWorkspace
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
 from clawlet.tokens import count_tokens
 
@@ -118,22 +129,78 @@ def usage_body(usage: Usage | None, prompt: str, completion: str) -> dict[str, i
     }
 
 
+class DeltaRenderer:
+    """Turns clawlet events into the assistant text a chat client shows.
+
+    With thinking on, tool activity goes inside ``<think>…</think>`` (Open WebUI renders it
+    collapsible) or a fenced ``thinking`` block, opened with the session id as the seed does;
+    otherwise tool activity is invisible and segments are separated by a blank line."""
+
+    def __init__(self, thinking: str | None, session_id: str) -> None:
+        self.thinking = thinking
+        self.session_id = session_id
+        self.in_block = False
+        self.text = ""
+
+    def _open(self) -> str:
+        if self.in_block or not self.thinking:
+            return ""
+        self.in_block = True
+        return "<think>\n" if self.thinking == "tags" else "```thinking\n"
+
+    def _close(self) -> str:
+        if not self.in_block:
+            return ""
+        self.in_block = False
+        return "\n</think>\n\n" if self.thinking == "tags" else "\n```\n\n"
+
+    def _emit(self, piece: str) -> str:
+        self.text += piece
+        return piece
+
+    def start(self) -> str:
+        if not self.thinking:
+            return ""
+        return self._emit(self._open() + f"session-id={self.session_id}\n")
+
+    def render(self, event: object) -> str | None:
+        """The text delta for ``event``; None when it shows nothing (a keep-alive moment)."""
+        if isinstance(event, TextDelta):
+            return self._emit(self._close() + event.text)
+        if isinstance(event, ToolStart):
+            if not self.thinking:
+                return None
+            return self._emit(self._open() + f"🔧 {event.tool}: {event.input}\n")
+        if isinstance(event, ToolEnd):
+            if not self.thinking:
+                return None
+            output = event.output if len(event.output) <= 800 else event.output[:800] + " …"
+            marker = "✗" if event.is_error else "→"
+            return self._emit(f"{marker} {output}\n")
+        if isinstance(event, NewSegment) and self.text and not self.in_block:
+            return self._emit("\n\n")
+        return None
+
+    def finish(self) -> str:
+        return self._emit(self._close())
+
+
 async def stream_completion(
-    run: Run, completion_id: str, created: int, model: str, include_usage: bool, prompt: str
+    run: Run,
+    renderer: DeltaRenderer,
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool,
+    prompt: str,
 ) -> AsyncIterator[str]:
     yield chunk(completion_id, created, model, {"role": "assistant", "content": ""}, None)
-    text = ""
+    opening = renderer.start()
+    if opening:
+        yield chunk(completion_id, created, model, {"content": opening}, None)
     usage: Usage | None = None
     async for event in run.events(keepalive=KEEPALIVE_SECONDS):
-        if event is None or isinstance(event, ToolStart | ToolEnd):
-            yield KEEPALIVE
-        elif isinstance(event, TextDelta):
-            text += event.text
-            yield chunk(completion_id, created, model, {"content": event.text}, None)
-        elif isinstance(event, NewSegment) and text:
-            text += "\n\n"
-            yield chunk(completion_id, created, model, {"content": "\n\n"}, None)
-        elif isinstance(event, Usage):
+        if isinstance(event, Usage):
             usage = event
         elif isinstance(event, RunFailed):
             error = openai_error_body(event.error, 500, code="agent_run_failed")
@@ -141,6 +208,9 @@ async def stream_completion(
             yield "data: [DONE]\n\n"
             return
         elif isinstance(event, RunFinished | RunCancelled):
+            closing = renderer.finish()
+            if closing:
+                yield chunk(completion_id, created, model, {"content": closing}, None)
             yield chunk(completion_id, created, model, {}, "stop")
             if include_usage:
                 body = {
@@ -149,33 +219,79 @@ async def stream_completion(
                     "created": created,
                     "model": model,
                     "choices": [],
-                    "usage": usage_body(usage, prompt, text),
+                    "usage": usage_body(usage, prompt, renderer.text),
                 }
                 yield f"data: {json.dumps(body)}\n\n"
             yield "data: [DONE]\n\n"
             return
+        else:
+            piece = renderer.render(event) if event is not None else None
+            if piece:
+                yield chunk(completion_id, created, model, {"content": piece}, None)
+            elif event is None or isinstance(event, ToolStart | ToolEnd):
+                yield KEEPALIVE
 
 
-def pick_session_id(request: Request, body: ChatCompletionRequest) -> str:
-    for candidate in (
-        request.headers.get("x-session-id"),
-        body.session_id,
-        request.headers.get("x-openwebui-chat-id"),
-    ):
-        if candidate:
-            return candidate.strip()
-    return f"oai-{uuid.uuid4().hex}"
+def resolve_options(
+    request: Request, body: ChatCompletionRequest
+) -> tuple[AgentOptions, list[ChatMessage], str]:
+    """Options by precedence, the messages with in-message options removed, and the client's
+    system prompt (its system messages joined)."""
+    options = AgentOptions()
+    fallback_session = request.headers.get("x-openwebui-chat-id")
+    if fallback_session:
+        options.session_id = fallback_session.strip()
+    options.overlay(from_mapping(request.headers, [("x-session-id", "session-id"), *HEADER_KEYS]))
+    options.overlay(from_mapping(body.model_extra or {}, BODY_KEYS))
+    if body.session_id:
+        options.session_id = body.session_id.strip()
+    cleaned: list[ChatMessage] = []
+    layers: dict[str, list[dict[str, Any]]] = {"system": [], "assistant": [], "user": []}
+    for index, message in enumerate(body.messages):
+        text, found = extract_in_message(message_text(message))
+        is_current = index == len(body.messages) - 1
+        role = "system" if message.role in ("system", "developer") else message.role
+        if role == "system" or role == "assistant" or is_current:
+            layers.get(role, layers["user"]).append(found)
+        cleaned.append(ChatMessage(role=message.role, content=text))
+    for role in ("system", "assistant", "user"):
+        for found in layers[role]:
+            options.overlay(found)
+    system_prompt = "\n\n".join(
+        message_text(m) for m in cleaned if m.role in ("system", "developer") and message_text(m)
+    )
+    return options, cleaned, system_prompt
 
 
 @router.post("/chat/completions", response_model=None)
-async def chat_completions(body: ChatCompletionRequest, request: Request, services: ServicesDep) -> Response:
-    turn = split_turn(body.messages)
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request, workspaces: WorkspacesDep
+) -> Response:
+    try:
+        options, messages, system_prompt = resolve_options(request, body)
+    except OptionError as exc:
+        return openai_error(str(exc), 400, code="invalid_option", param=exc.param)
+    turn = split_turn(messages)
     if isinstance(turn, str):
         return openai_error(turn, 400, param="messages")
-    session_id = pick_session_id(request, body)
+    try:
+        services = workspaces.get(options.workspace)
+        check_tool_names(options, services.engine.tool_names())
+    except InvalidWorkspace as exc:
+        return openai_error(str(exc), 400, code="invalid_workspace", param="workspace")
+    except OptionError as exc:
+        return openai_error(str(exc), 400, code="unknown_tool", param=exc.param)
+    session_id = options.session_id or f"oai-{uuid.uuid4().hex}"
+    context = RunContext(
+        allowed_tools=frozenset(options.allowed_tools) if options.allowed_tools is not None else None,
+        disallowed_tools=frozenset(options.disallowed_tools or ()),
+        extra_system_prompt=system_prompt,
+    )
     try:
         validate_session_id(session_id)
-        run = await services.sessions.start_turn(session_id, turn.text, prior=turn.prior, title=False)
+        run = await services.sessions.start_turn(
+            session_id, turn.text, prior=turn.prior, title=False, context=context
+        )
     except InvalidSessionId as exc:
         return openai_error(str(exc), 400, code="invalid_session_id", param="session_id")
     except SessionCorrupt:
@@ -187,15 +303,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {"X-Session-ID": session_id}
-    prompt = "\n".join(message_text(m) for m in body.messages)
+    if options.workspace:
+        headers["X-Clawlet-Workspace"] = options.workspace
+    prompt = "\n".join(message_text(m) for m in messages)
+    renderer = DeltaRenderer(options.thinking, session_id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            stream_completion(run, completion_id, created, body.model, include_usage, prompt),
+            stream_completion(run, renderer, completion_id, created, body.model, include_usage, prompt),
             media_type="text/event-stream",
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    text = ""
+    renderer.start()
     usage: Usage | None = None
     async for event in run.events():
         if isinstance(event, Usage):
@@ -205,7 +324,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
             response.headers["X-Session-ID"] = session_id
             return response
         elif isinstance(event, RunFinished | RunCancelled):
-            text = event.content
+            renderer.finish()
+        else:
+            renderer.render(event)
     return JSONResponse(
         {
             "id": completion_id,
@@ -215,12 +336,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {"role": "assistant", "content": renderer.text},
                     "finish_reason": "stop",
                     "logprobs": None,
                 }
             ],
-            "usage": usage_body(usage, prompt, text),
+            "usage": usage_body(usage, prompt, renderer.text),
             "session_id": session_id,
         },
         headers=headers,

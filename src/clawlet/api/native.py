@@ -1,0 +1,155 @@
+"""``POST /api/agent`` (and ``/api/claude``, the UniAiAgent seed's name): the native agent endpoint.
+
+The body uses the seed's fields (``prompt``, ``session-id``, ``workspace``, ``system-prompt``,
+``dangerously-skip-permissions``, ``allowed-tools``, ``disallowed-tools``, ``files``). The answer
+streams clawlet's own events as SSE JSON lines: a ``system``/``init`` line, one line per event
+(``text_delta``, ``tool_start``, ``tool_end``, ``new_segment``, ``usage``, ...) and a final
+``result`` line (plus an ``error`` line when the run fails).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from clawlet.api.deps import WorkspacesDep
+from clawlet.api.errors import ApiError
+from clawlet.api.options import AgentOptions, OptionError, check_tool_names
+from clawlet.api.sse import KEEPALIVE
+from clawlet.engine.context import RunContext
+from clawlet.events import Event, RunCancelled, RunFailed, RunFinished, RunStarted
+from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.runtime.manager import Run, SessionBusy
+from clawlet.services import InvalidWorkspace, Services
+from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
+
+router = APIRouter()
+
+
+class AgentRequest(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=100_000)
+    session_id: str | None = Field(default=None, alias="session-id")
+    workspace: str | None = None
+    system_prompt: str | None = Field(default=None, alias="system-prompt", max_length=50_000)
+    skip_permissions: bool = Field(default=False, alias="dangerously-skip-permissions")
+    allowed_tools: list[str] | None = Field(default=None, alias="allowed-tools")
+    disallowed_tools: list[str] | None = Field(default=None, alias="disallowed-tools")
+    files: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("prompt must not be blank")
+        return value
+
+
+def event_type(event: Event) -> str:
+    """``TextDelta`` → ``text_delta``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(event).__name__).lower()
+
+
+def line(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def attach_files(services: Services, prompt: str, files: list[str]) -> str:
+    """Name the referenced files in the prompt after checking they exist inside the workspace."""
+    if not files:
+        return prompt
+    root = services.settings.paths.root
+    listed = []
+    for name in files:
+        try:
+            target = resolve_inside(root, name)
+        except PathOutsideRoot as exc:
+            raise ApiError(400, "invalid_file", str(exc)) from exc
+        if not target.is_file():
+            raise ApiError(400, "invalid_file", f"file {name!r} does not exist in the workspace")
+        listed.append(f"- {target.relative_to(root).as_posix()}")
+    return prompt + "\n\nReferenced files (read them with read_file when needed):\n" + "\n".join(listed)
+
+
+async def stream_events(run: Run, init: dict[str, Any]) -> AsyncIterator[str]:
+    yield line(init)
+    async for event in run.events(keepalive=15.0):
+        if event is None:
+            yield KEEPALIVE
+            continue
+        if isinstance(event, RunStarted):
+            continue
+        if isinstance(event, RunFailed):
+            yield line(
+                {
+                    "type": "error",
+                    "error": {"message": event.error, "type": "system_error", "code": "agent_run_failed"},
+                }
+            )
+            yield line({"type": "result", "subtype": "error", "result": "", "session_id": run.session_id})
+            continue
+        if isinstance(event, RunFinished | RunCancelled):
+            subtype = "success" if isinstance(event, RunFinished) else "cancelled"
+            yield line(
+                {"type": "result", "subtype": subtype, "result": event.content, "session_id": run.session_id}
+            )
+            continue
+        yield line({"type": event_type(event), **dataclasses.asdict(event)})
+
+
+@router.post("/agent")
+@router.post("/claude")
+async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingResponse:
+    try:
+        services = workspaces.get(body.workspace)
+    except InvalidWorkspace as exc:
+        raise ApiError(400, "invalid_workspace", str(exc)) from exc
+    options = AgentOptions(
+        workspace=body.workspace,
+        allowed_tools=body.allowed_tools,
+        disallowed_tools=body.disallowed_tools,
+        skip_permissions=body.skip_permissions,
+    )
+    try:
+        check_tool_names(options, services.engine.tool_names())
+    except OptionError as exc:
+        raise ApiError(400, "unknown_tool", str(exc), {"param": exc.param}) from exc
+    prompt = attach_files(services, body.prompt, body.files)
+    session_id = body.session_id or uuid.uuid4().hex
+    context = RunContext(
+        allowed_tools=frozenset(body.allowed_tools) if body.allowed_tools is not None else None,
+        disallowed_tools=frozenset(body.disallowed_tools or ()),
+        extra_system_prompt=body.system_prompt or "",
+    )
+    try:
+        validate_session_id(session_id)
+        run = await services.sessions.start_turn(session_id, prompt, title=False, context=context)
+    except InvalidSessionId as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from exc
+    except SessionCorrupt as exc:
+        raise ApiError(409, "session_corrupt", f"session {session_id!r} has a corrupt transcript") from exc
+    except SessionBusy as exc:
+        raise ApiError(409, "session_busy", f"session {session_id!r} is still answering") from exc
+    allowed = [name for name in services.engine.tool_names() if context.tool_allowed(name)]
+    init = {
+        "type": "system",
+        "subtype": "init",
+        "cwd": str(services.settings.paths.root),
+        "session_id": session_id,
+        "workspace": body.workspace or "shared",
+        "tools": allowed,
+    }
+    return StreamingResponse(
+        stream_events(run, init),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Session-ID": session_id},
+    )

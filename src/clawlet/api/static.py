@@ -1,0 +1,67 @@
+"""Serve the built workbench UI (``web/`` → ``src/clawlet/web``) at ``/``.
+
+``/`` and any unknown path outside ``/api`` and ``/v1`` answer ``index.html`` (a single-page app);
+``/assets/*`` are Vite's content-hashed files and are cached for a year. When the UI has not been
+built, ``/`` answers a short plain page that says how to build it instead of failing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, Response
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+ASSET_CACHE = "public, max-age=31536000, immutable"
+RESERVED_PREFIXES = ("api", "v1")
+
+NOT_BUILT = """<!doctype html>
+<html><head><meta charset="utf-8"><title>clawlet</title></head>
+<body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 4rem auto; line-height: 1.5">
+<h1>clawlet</h1>
+<p>The API is running under <code>/api</code>, but the web workbench has not been built.</p>
+<p>Build it with <code>./scripts/setup</code> (or <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build</code>),
+then reload this page.</p>
+</body></html>
+"""
+
+
+def _index(web_dir: Path) -> Response:
+    index = web_dir / "index.html"
+    if not index.is_file():
+        return HTMLResponse(NOT_BUILT)
+    return FileResponse(index, media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+
+def _asset(web_dir: Path, relative: str) -> Path | None:
+    """The file under ``web_dir/assets`` for ``relative``, or None (never outside the directory)."""
+    root = (web_dir / "assets").resolve()
+    candidate = (root / relative).resolve()
+    if not candidate.is_relative_to(root) or not candidate.is_file():
+        return None
+    return candidate
+
+
+def install_static(app: FastAPI, web_dir: Path = WEB_DIR) -> None:
+    """Add the UI routes; call it after the API routers so they keep precedence."""
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/assets/{relative:path}")
+    def asset(relative: str) -> Response:
+        path = _asset(web_dir, relative)
+        if path is None:
+            raise HTTPException(status_code=404, detail="asset not found")
+        return FileResponse(path, headers={"Cache-Control": ASSET_CACHE})
+
+    @router.get("/")
+    def index() -> Response:
+        return _index(web_dir)
+
+    @router.get("/{rest:path}")
+    def spa(rest: str) -> Response:
+        if rest.split("/", 1)[0] in RESERVED_PREFIXES:
+            raise HTTPException(status_code=404, detail="not found")
+        return _index(web_dir)
+
+    app.include_router(router)

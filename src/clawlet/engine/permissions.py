@@ -1,0 +1,73 @@
+"""``ToolPermissionMiddleware``: the per-turn allowed/disallowed tool lists.
+
+A tool that is not allowed is not offered to the model at all, and a call to it (a model may
+still invent one) is refused with an error tool message instead of running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.types import Command
+
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+
+
+def context_of(runtime: Any) -> RunContext:
+    context = getattr(runtime, "context", None)
+    return context if isinstance(context, RunContext) else DEFAULT_CONTEXT
+
+
+def _tool_name(tool: BaseTool | dict[str, Any]) -> str:
+    return tool.name if isinstance(tool, BaseTool) else str(tool.get("name", ""))
+
+
+def refusal(request: ToolCallRequest) -> ToolMessage:
+    name = request.tool_call["name"]
+    return ToolMessage(
+        content=f"Error: the tool {name!r} is not allowed in this conversation.",
+        tool_call_id=request.tool_call["id"] or "",
+        name=name,
+        status="error",
+    )
+
+
+class ToolPermissionMiddleware(AgentMiddleware[Any, RunContext, Any]):
+    def _filtered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        context = context_of(request.runtime)
+        tools = [tool for tool in request.tools if context.tool_allowed(_tool_name(tool))]
+        return request.override(tools=tools) if len(tools) != len(request.tools) else request
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any]:
+        return handler(self._filtered(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._filtered(request))
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        if not context_of(request.runtime).tool_allowed(request.tool_call["name"]):
+            return refusal(request)
+        return handler(request)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        if not context_of(request.runtime).tool_allowed(request.tool_call["name"]):
+            return refusal(request)
+        return await handler(request)
