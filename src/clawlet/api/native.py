@@ -120,7 +120,7 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         skip_permissions=body.skip_permissions,
     )
     try:
-        check_tool_names(options, services.engine.tool_names())
+        check_tool_names(options, await services.engine.available_tool_names())
     except OptionError as exc:
         raise ApiError(400, "unknown_tool", str(exc), {"param": exc.param}) from exc
     prompt = attach_files(services, body.prompt, body.files)
@@ -139,7 +139,7 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         raise ApiError(409, "session_corrupt", f"session {session_id!r} has a corrupt transcript") from exc
     except SessionBusy as exc:
         raise ApiError(409, "session_busy", f"session {session_id!r} is still answering") from exc
-    allowed = [name for name in services.engine.tool_names() if context.tool_allowed(name)]
+    allowed = [name for name in await services.engine.available_tool_names() if context.tool_allowed(name)]
     init = {
         "type": "system",
         "subtype": "init",

@@ -38,6 +38,7 @@ from clawlet.memory.index import SearchResult
 from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.tools.base import ToolError
+from clawlet.tools.mcp import McpTools, config_fingerprint, load_mcp_tools
 from clawlet.tools.registry import build_tools
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,9 @@ class AgentEngine:
         self.knowledge = knowledge
         self._model: BaseChatModel | None = None
         self._agent: Any = None
+        self.mcp = McpTools()
+        self._mcp_fingerprint = ""
+        self._mcp_lock = asyncio.Lock()
         self.demo_token_delay = demo_token_delay
 
     def build_model(self) -> BaseChatModel:
@@ -108,7 +112,21 @@ class AgentEngine:
         return self._model
 
     def build_tools(self) -> list[BaseTool]:
-        return build_tools(self.settings, self.knowledge)
+        return [*build_tools(self.settings, self.knowledge), *self.mcp.tools]
+
+    async def prepare(self) -> None:
+        """Load (or reload, when ``mcp.json`` changed) the MCP tools; the agent is rebuilt then."""
+        async with self._mcp_lock:
+            fingerprint = config_fingerprint(self.settings.paths.root)
+            if fingerprint == self._mcp_fingerprint:
+                return
+            self.mcp = await load_mcp_tools(self.settings.paths.root)
+            self._mcp_fingerprint = fingerprint
+            self._agent = None
+
+    async def available_tool_names(self) -> list[str]:
+        await self.prepare()
+        return self.tool_names()
 
     def system_prompt(self) -> str:
         """Rescan skills (rewriting the snapshot if they changed) and assemble the prompt."""
@@ -153,6 +171,7 @@ class AgentEngine:
             yield Retrieval(query=message, results=[dict(item) for item in results])
             if results:
                 recalled.append(HumanMessage(format_retrieval(results)))
+        await self.prepare()
         agent = self.build_agent()
         inputs = {"messages": [*to_langchain_messages(history), *recalled, HumanMessage(message)]}
         # Every model call walks each graph node once (the model, the tools and every middleware

@@ -276,7 +276,7 @@ async def chat_completions(
         return openai_error(turn, 400, param="messages")
     try:
         services = workspaces.get(options.workspace)
-        check_tool_names(options, services.engine.tool_names())
+        check_tool_names(options, await services.engine.available_tool_names())
     except InvalidWorkspace as exc:
         return openai_error(str(exc), 400, code="invalid_workspace", param="workspace")
     except OptionError as exc:
