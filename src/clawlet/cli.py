@@ -54,6 +54,7 @@ def cmd_serve(settings: Settings) -> int:
 
     from clawlet.api.app import create_app
     from clawlet.llm.providers import ProviderConfigError, describe_model
+    from clawlet.logs import configure_logging
 
     if not is_loopback(settings.host) and not settings.api_token:
         print(
@@ -71,11 +72,12 @@ def cmd_serve(settings: Settings) -> int:
     print(f"clawlet {__version__} · home {settings.paths.root} · model {info.label}")
     print(f"listening on http://{settings.host}:{settings.port}  (Ctrl+C to stop)")
     app = create_app(settings, demo_token_delay=DEMO_TOKEN_DELAY)
+    configure_logging(settings.log_format, settings.log_level)
     uvicorn.run(
         app,
         host=settings.host,
         port=settings.port,
-        log_level="info",
+        log_config=None,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     return 0

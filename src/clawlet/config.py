@@ -46,6 +46,9 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("CLAWLET_WORKSPACE_BASE", "WORKSPACE_BASE")
     )
 
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
     provider: ProviderName = "auto"
     llm_model: str | None = None
     llm_base_url: str | None = None

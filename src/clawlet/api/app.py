@@ -19,6 +19,7 @@ from clawlet.api.static import install_static
 from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
 from clawlet.home import init_home
+from clawlet.logs import request_logging
 from clawlet.services import Services, Workspaces, build_services
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
                     request.method,
                     path,
                     request.client.host if request.client else "?",
+                    extra={"event": "auth_failure", "path": path},
                 )
                 if path.startswith(OPENAI_PREFIX):
                     return openai_error("missing or invalid API key", 401, code="invalid_api_key")
@@ -79,4 +81,6 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
     app.include_router(native.router, prefix="/api")
     app.include_router(openai_chat.router, prefix="/v1")
     install_static(app)
+    # Added last, so it wraps everything above: every request (auth failures included) gets an id.
+    app.middleware("http")(request_logging)
     return app

@@ -1,0 +1,83 @@
+"""Structured JSON logs: request ids on every line, auth failures recorded, secrets redacted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from clawlet.logs import JsonFormatter, redact, request_id_var
+from tests.conftest import free_port
+
+
+def test_redaction_masks_tokens_and_keys() -> None:
+    text = redact('Authorization: Bearer abc.def-123 key sk-proj-ABCDEFGHIJKLMNOP token=xyz "api_key": "k-1"')
+    assert "abc.def-123" not in text and "ABCDEFGHIJKLMNOP" not in text
+    assert "xyz" not in text and "k-1" not in text
+    assert "Bearer ***" in text
+
+
+def test_formatter_writes_json_with_request_id_and_extras() -> None:
+    record = logging.LogRecord("clawlet.test", logging.WARNING, __file__, 1, "hello %s", ("世界",), None)
+    record.status = 401
+    record.path = "/api/x?token=abc"
+    token = request_id_var.set("req-42")
+    try:
+        line = JsonFormatter().format(record)
+    finally:
+        request_id_var.reset(token)
+    payload = json.loads(line)
+    assert payload["message"] == "hello 世界" and payload["level"] == "warning"
+    assert payload["request_id"] == "req-42" and payload["status"] == 401
+    assert "abc" not in payload["path"]
+
+
+def test_server_logs_json_lines_with_request_ids_and_auth_failures(tmp_path: Path) -> None:
+    port = free_port()
+    log_file = tmp_path / "server.log"
+    env = {**os.environ, "CLAWLET_HOME": str(tmp_path / "home"), "CLAWLET_API_TOKEN": "very-secret-token"}
+    with log_file.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "clawlet", "serve", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(200):
+                try:
+                    httpx.get(f"{base}/api/status", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+            denied = httpx.get(
+                f"{base}/api/status",
+                headers={"Authorization": "Bearer wrong-guess-123", "X-Request-ID": "rid-denied"},
+            )
+            assert denied.status_code == 401 and denied.headers["x-request-id"] == "rid-denied"
+            allowed = httpx.get(f"{base}/api/sessions", headers={"Authorization": "Bearer very-secret-token"})
+            assert allowed.status_code == 200 and allowed.headers["x-request-id"]
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
+    lines = [json.loads(line) for line in log_file.read_text().splitlines() if line.startswith("{")]
+    assert lines, log_file.read_text()
+    failures = [entry for entry in lines if entry.get("event") == "auth_failure"]
+    denied_entries = [entry for entry in failures if entry.get("request_id") == "rid-denied"]
+    assert denied_entries and denied_entries[0]["level"] == "warning"
+    assert all(entry.get("request_id") for entry in failures)
+    access = [
+        entry
+        for entry in lines
+        if entry["logger"] == "clawlet.access" and entry.get("path") == "/api/sessions"
+    ]
+    assert access and access[0]["status"] == 200 and access[0]["duration_ms"] >= 0 and access[0]["request_id"]
+    raw = log_file.read_text()
+    assert "very-secret-token" not in raw and "wrong-guess-123" not in raw
