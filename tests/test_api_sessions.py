@@ -213,7 +213,7 @@ def test_chat_without_session_id_creates_one(server: LiveServer) -> None:
 
 def test_unknown_routes_use_the_error_format(server: LiveServer) -> None:
     assert_error(httpx.get(f"{server.url}/api/nothing-here"), 404, "not_found")
-    assert_error(httpx.post(f"{server.url}/api/sessions/x/nothing"), 404, "not_found")
+    assert_error(httpx.get(f"{server.url}/api/sessions/x/nothing"), 404, "not_found")
     # Paths outside /api and /v1 belong to the web UI (its index.html or a "not built" page).
     assert_error(httpx.delete(f"{server.url}/api/chat"), 405, "method_not_allowed")
 
