@@ -252,3 +252,14 @@ def test_bearer_auth_on_v1(settings: Settings, live_server: object) -> None:
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "authentication_error"
     assert [m.id for m in client(server, "s3cret-token").models.list().data] == ["clawlet"]
+
+
+def test_several_api_keys_are_accepted(settings: Settings, live_server: object) -> None:
+    server: LiveServer = live_server(Settings(api_keys="key-one, key-two"))  # type: ignore[operator]
+    for key in ("key-one", "key-two"):
+        assert [m.id for m in client(server, key).models.list().data] == ["clawlet"]
+    with pytest.raises(openai.AuthenticationError):
+        client(server, "key-three").models.list()
+    workbench = httpx.get(f"{server.url}/api/sessions", headers={"Authorization": "Bearer key-two"})
+    assert workbench.status_code == 200
+    assert httpx.get(f"{server.url}/api/sessions").json()["error"]["code"] == "unauthorized"

@@ -56,7 +56,7 @@ def cmd_serve(settings: Settings) -> int:
     from clawlet.llm.providers import ProviderConfigError, describe_model
     from clawlet.logs import configure_logging
 
-    if not is_loopback(settings.host) and not settings.api_token:
+    if not is_loopback(settings.host) and not settings.accepted_tokens:
         print(
             f"error: refusing to listen on {settings.host} without a token. Set CLAWLET_API_TOKEN "
             "(clients then send 'Authorization: Bearer <token>') or listen on 127.0.0.1.",

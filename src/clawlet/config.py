@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8002
     api_token: str | None = Field(default=None, validation_alias=AliasChoices("CLAWLET_API_TOKEN", "API_KEY"))
+    api_keys: str | None = Field(
+        default=None, validation_alias=AliasChoices("CLAWLET_API_KEYS", "API_KEYS")
+    )  # several accepted tokens, comma-separated
 
     workspace_base: Path | None = Field(
         default=None, validation_alias=AliasChoices("CLAWLET_WORKSPACE_BASE", "WORKSPACE_BASE")
@@ -85,6 +88,13 @@ class Settings(BaseSettings):
         if self.anthropic_api_key:
             return "anthropic"
         return "demo"
+
+    @property
+    def accepted_tokens(self) -> list[str]:
+        """Every bearer token the server accepts; empty means auth is off (loopback only)."""
+        tokens = [self.api_token] if self.api_token else []
+        tokens += [part.strip() for part in (self.api_keys or "").split(",") if part.strip()]
+        return tokens
 
     @property
     def workspaces_root(self) -> Path:

@@ -25,12 +25,16 @@ from clawlet.services import Services, Workspaces, build_services
 log = logging.getLogger(__name__)
 
 
-def token_matches(expected: str, authorization: str | None) -> bool:
-    """Constant-time check of an ``Authorization: Bearer <token>`` header."""
+def token_matches(accepted: list[str], authorization: str | None) -> bool:
+    """Constant-time check of an ``Authorization: Bearer <token>`` header against every accepted
+    token (all are compared, so timing does not tell which one nearly matched)."""
     if not authorization or not authorization.lower().startswith("bearer "):
         return False
     supplied = authorization[7:].strip().encode()
-    return hmac.compare_digest(supplied, expected.encode())
+    matched = False
+    for token in accepted:
+        matched |= hmac.compare_digest(supplied, token.encode())
+    return matched
 
 
 def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.0) -> FastAPI:
@@ -50,8 +54,8 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
     app.state.workspaces = workspaces
     install_error_handlers(app)
 
-    if settings.api_token:
-        expected = settings.api_token
+    if settings.accepted_tokens:
+        expected = settings.accepted_tokens
 
         @app.middleware("http")
         async def require_token(
