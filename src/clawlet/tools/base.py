@@ -46,6 +46,15 @@ class ProcessResult:
     exit_code: int | None
     timed_out: bool
 
+    def describe(self, limit: int, timeout: float, what: str) -> str:
+        """The output for the model: capped first, so the timeout / exit-code note is never cut."""
+        output = cap_output(self.output.strip(), limit)
+        if self.timed_out:
+            output += f"\n[timed out after {timeout:g} s; {what} was killed]"
+        elif self.exit_code:
+            output += f"\n[exit code {self.exit_code}]"
+        return output.strip() or "(no output)"
+
 
 async def run_process(
     argv: list[str],

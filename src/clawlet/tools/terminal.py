@@ -8,7 +8,7 @@ from pathlib import Path
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from clawlet.tools.base import ToolError, cap_output, run_process
+from clawlet.tools.base import ToolError, run_process
 
 MAX_OUTPUT_CHARS = 5_000
 
@@ -47,13 +47,7 @@ def make_terminal_tool(home: Path, timeout: float = 30.0) -> BaseTool:
         if reason:
             raise ToolError(f"command refused by the safety blacklist ({reason})")
         result = await run_process(["/bin/bash", "-c", command], cwd=home, timeout=timeout)
-        # Cap first, so the timeout / exit-code note is never cut off by the cap.
-        output = cap_output(result.output.strip(), MAX_OUTPUT_CHARS)
-        if result.timed_out:
-            output += f"\n[timed out after {timeout:g} s; the command was killed]"
-        elif result.exit_code:
-            output += f"\n[exit code {result.exit_code}]"
-        return output.strip() or "(no output)"
+        return result.describe(MAX_OUTPUT_CHARS, timeout, "the command")
 
     return StructuredTool.from_function(
         coroutine=terminal,
