@@ -21,8 +21,8 @@ NOT_BUILT = """<!doctype html>
 <body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 4rem auto; line-height: 1.5">
 <h1>clawlet</h1>
 <p>The API is running under <code>/api</code>, but the web workbench has not been built.</p>
-<p>Build it with <code>./scripts/setup</code> (or <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build</code>),
-then reload this page.</p>
+<p>Build it with <code>./scripts/setup</code>
+(or <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build</code>), then reload this page.</p>
 </body></html>
 """
 

@@ -1,0 +1,1 @@
+"""Browser tests of the web workbench (Playwright driving Debian's Chromium)."""

@@ -1,0 +1,173 @@
+"""Fixtures for the browser tests: a real ``clawlet serve`` per module and a Chromium page per test.
+
+The tests need the built UI (``src/clawlet/web/index.html``, made by ``scripts/setup``) and
+``/usr/bin/chromium`` (``scripts/test`` installs it when running as root); without either they are
+skipped with a message saying so. Everything talks to 127.0.0.1 only. Screenshots go to
+``$CLAWLET_E2E_ARTIFACTS`` (default ``test-output/screenshots``, git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
+
+from tests.conftest import PROVIDER_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+UI_INDEX = REPO / "src" / "clawlet" / "web" / "index.html"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def skip_reason() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if not CHROMIUM.exists():
+        return (
+            "e2e: /usr/bin/chromium is missing; install it with `apt-get install -y chromium` "
+            "(scripts/test does this when run as root)"
+        )
+    if not UI_INDEX.exists():
+        return "e2e: the web UI is not built; run ./scripts/setup"
+    return None
+
+
+def artifacts_dir() -> Path:
+    directory = Path(os.environ.get("CLAWLET_E2E_ARTIFACTS") or REPO / "test-output" / "screenshots")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    url: str
+    home: Path
+    process: subprocess.Popen[bytes]
+
+    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        return httpx.request(method, f"{self.url}{path}", timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    base = tmp_path_factory.mktemp("e2e")
+    home = base / "home"
+    env = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV and not k.startswith("CLAWLET_")}
+    env.update({"CLAWLET_HOME": str(home), "CLAWLET_PROVIDER": "demo"})
+    port = free_port()
+    clawlet = Path(sys.executable).with_name("clawlet")
+    log = (base / "server.log").open("wb")
+    process = subprocess.Popen(
+        [str(clawlet), "serve", "--port", str(port)], cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/api/status", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"clawlet serve did not start: {(base / 'server.log').read_text()}")
+        time.sleep(0.1)
+    try:
+        yield Server(url=url, home=home, process=process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def playwright_instance() -> Iterator[Playwright]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with sync_playwright() as playwright:
+        yield playwright
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_instance: Playwright) -> Iterator[Browser]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    browser = playwright_instance.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+@dataclass
+class PageErrors:
+    """Console errors and uncaught page errors seen during a test; ``allow`` lists expected ones."""
+
+    messages: list[str] = field(default_factory=list)
+    allow: list[str] = field(default_factory=list)
+
+    def unexpected(self) -> list[str]:
+        return [m for m in self.messages if not any(a in m for a in self.allow)]
+
+
+@pytest.fixture
+def page_errors() -> PageErrors:
+    return PageErrors()
+
+
+@pytest.fixture
+def page(browser: Browser, server: Server, page_errors: PageErrors) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US")
+    page = context.new_page()
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            page_errors.messages.append(f"console: {message.text}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: page_errors.messages.append(f"pageerror: {error}"))
+    page.set_default_timeout(15_000)
+    try:
+        yield page
+    finally:
+        context.close()
+    assert page_errors.unexpected() == [], "errors in the browser console"
+
+
+def screenshot(page: Page, name: str) -> Path:
+    path = artifacts_dir() / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path

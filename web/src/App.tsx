@@ -1,0 +1,40 @@
+import { useWorkbench } from './lib/store'
+import { Navbar } from './components/Navbar'
+import { Sidebar } from './components/Sidebar'
+import { ChatPanel } from './components/ChatPanel'
+import { Inspector } from './components/Inspector'
+import { Splitter } from './components/Splitter'
+
+export default function App() {
+  const { state, dispatch, t } = useWorkbench()
+  return (
+    <div className="app">
+      <div className="backdrop" aria-hidden="true" />
+      <Navbar />
+      {state.notice && (
+        <div className={`notice ${state.notice.kind}`} role={state.notice.kind === 'error' ? 'alert' : 'status'}
+          data-testid="notice">
+          <span>{state.notice.text}</span>
+          <button className="btn ghost small" onClick={() => dispatch({ type: 'notice', notice: null })}>
+            {t('dismiss')}
+          </button>
+        </div>
+      )}
+      <main className="panes">
+        <aside className="pane glass" style={{ width: state.widths.left }} data-testid="sidebar">
+          <Sidebar />
+        </aside>
+        <Splitter side="left" testId="splitter-left" width={state.widths.left}
+          onResize={(left) => dispatch({ type: 'widths', left })} />
+        <section className="pane glass center">
+          <ChatPanel />
+        </section>
+        <Splitter side="right" testId="splitter-right" width={state.widths.right}
+          onResize={(right) => dispatch({ type: 'widths', right })} />
+        <aside className="pane glass" style={{ width: state.widths.right }} data-testid="inspector">
+          <Inspector />
+        </aside>
+      </main>
+    </div>
+  )
+}

@@ -1,0 +1,91 @@
+import { useEffect, useRef, useState } from 'react'
+import { useWorkbench } from '../lib/store'
+import { Dialog } from './Dialog'
+import { SendIcon, StopIcon, WrenchIcon } from './Icons'
+import { MessageBubble } from './MessageBubble'
+
+function RawView() {
+  const { state, t } = useWorkbench()
+  if (!state.raw) return <div className="muted pad">{t('loading')}</div>
+  return (
+    <div className="raw-view" data-testid="raw-view">
+      <p className="muted small">{t('rawHint')}</p>
+      {state.raw.messages.map((m, i) => (
+        <div key={i} className={`raw-message role-${m.role}`} data-testid="raw-message">
+          <div className="raw-role">{m.role}</div>
+          <pre>{m.content}</pre>
+        </div>
+      ))}
+    </div>
+  )
+}
+
+export function ChatPanel() {
+  const { state, t, actions } = useWorkbench()
+  const [text, setText] = useState('')
+  const [confirming, setConfirming] = useState(false)
+  const scroller = useRef<HTMLDivElement>(null)
+  const current = state.sessions.find((s) => s.id === state.currentId)
+
+  useEffect(() => {
+    const el = scroller.current
+    if (el) el.scrollTop = el.scrollHeight
+  }, [state.messages])
+
+  const submit = () => {
+    if (!text.trim() || state.streaming) return
+    const message = text
+    setText('')
+    void actions.send(message)
+  }
+
+  return (
+    <div className="chat">
+      <div className="pane-head">
+        <h2 className="chat-title" data-testid="chat-title">{current ? current.title || t('untitled') : t('newSession')}</h2>
+        <button className="btn ghost icon" title={t('compress')} aria-label={t('compress')} data-testid="compress-button"
+          disabled={!state.currentId || state.streaming || state.compressing} onClick={() => setConfirming(true)}>
+          <WrenchIcon />
+        </button>
+      </div>
+      <div className="messages" ref={scroller} data-testid="messages">
+        {state.view === 'raw' ? (
+          <RawView />
+        ) : state.messages.length === 0 ? (
+          <div className="empty-chat muted">{t('emptyChat')}</div>
+        ) : (
+          state.messages.map((m) => <MessageBubble key={m.id} message={m} />)
+        )}
+      </div>
+      <div className="composer">
+        <textarea value={text} placeholder={t('placeholder')} rows={3} data-testid="chat-input"
+          onChange={(e) => setText(e.target.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
+              e.preventDefault()
+              submit()
+            }
+          }} />
+        {state.streaming ? (
+          <button className="btn danger" onClick={() => void actions.stop()} data-testid="stop-button">
+            <StopIcon /> {t('stop')}
+          </button>
+        ) : (
+          <button className="btn primary" onClick={submit} disabled={!text.trim()} data-testid="send-button">
+            <SendIcon /> {t('send')}
+          </button>
+        )}
+      </div>
+      {confirming && (
+        <Dialog title={t('compressTitle')} confirmLabel={t('compress')} cancelLabel={t('cancel')}
+          onCancel={() => setConfirming(false)}
+          onConfirm={() => {
+            setConfirming(false)
+            void actions.compress()
+          }}>
+          {t('compressBody')}
+        </Dialog>
+      )}
+    </div>
+  )
+}

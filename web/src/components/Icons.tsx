@@ -1,0 +1,32 @@
+// Inline SVG icons (bundled; nothing is fetched).
+import type { ReactNode } from 'react'
+
+function Svg({ children, size = 16 }: { children: ReactNode; size?: number }) {
+  return (
+    <svg width={size} height={size} viewBox="0 0 24 24" fill="none" stroke="currentColor" strokeWidth="2"
+      strokeLinecap="round" strokeLinejoin="round" aria-hidden="true">
+      {children}
+    </svg>
+  )
+}
+
+export const PlusIcon = () => <Svg><path d="M12 5v14M5 12h14" /></Svg>
+export const TrashIcon = () => <Svg><path d="M3 6h18M8 6V4h8v2M19 6l-1 14H6L5 6" /></Svg>
+export const EditIcon = () => <Svg><path d="M12 20h9M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4z" /></Svg>
+export const WrenchIcon = () => (
+  <Svg><path d="M14.7 6.3a4 4 0 0 0-5.4 5.4L3 18l3 3 6.3-6.3a4 4 0 0 0 5.4-5.4l-2.5 2.5-2.4-.6-.6-2.4z" /></Svg>
+)
+export const SunIcon = () => (
+  <Svg><circle cx="12" cy="12" r="4" /><path d="M12 2v2M12 20v2M4.9 4.9l1.4 1.4M17.7 17.7l1.4 1.4M2 12h2M20 12h2M4.9 19.1l1.4-1.4M17.7 6.3l1.4-1.4" /></Svg>
+)
+export const MoonIcon = () => <Svg><path d="M21 12.8A9 9 0 1 1 11.2 3a7 7 0 0 0 9.8 9.8z" /></Svg>
+export const SendIcon = () => <Svg><path d="M22 2 11 13M22 2l-7 20-4-9-9-4z" /></Svg>
+export const StopIcon = () => <Svg><rect x="6" y="6" width="12" height="12" rx="2" /></Svg>
+export const ChevronIcon = ({ open }: { open: boolean }) => (
+  <span className={open ? 'chev open' : 'chev'}><Svg size={14}><path d="m9 18 6-6-6-6" /></Svg></span>
+)
+export const ListIcon = () => <Svg><path d="M8 6h13M8 12h13M8 18h13M3 6h.01M3 12h.01M3 18h.01" /></Svg>
+export const SaveIcon = () => <Svg><path d="M19 21H5a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2h11l5 5v11a2 2 0 0 1-2 2zM17 21v-8H7v8M7 3v5h8" /></Svg>
+export const ClawIcon = () => (
+  <Svg size={20}><path d="M5 20c0-6 2-11 7-14M10 20c0-5 2-9 6-11M15 20c0-4 1.5-7 5-8" /></Svg>
+)

@@ -1,0 +1,92 @@
+import { useState } from 'react'
+import { useWorkbench } from '../lib/store'
+import type { ChatMessage } from '../lib/types'
+import { ChevronIcon } from './Icons'
+import { Markdown } from './Markdown'
+
+function ThoughtChain({ message }: { message: ChatMessage }) {
+  const { t } = useWorkbench()
+  const [open, setOpen] = useState(true)
+  return (
+    <div className="thought-chain" data-testid="thought-chain">
+      <button className="collapser" onClick={() => setOpen(!open)} aria-expanded={open}>
+        <ChevronIcon open={open} /> {t('thoughtChain', { n: message.toolCalls.length })}
+      </button>
+      {open && (
+        <ol className="tool-calls">
+          {message.toolCalls.map((call, index) => (
+            <li key={index} className={call.isError ? 'tool-call error' : 'tool-call'} data-testid="tool-call">
+              <div className="tool-name">
+                <code>{call.tool}</code>
+                {!call.done && <span className="spinner" aria-label={t('running')} />}
+              </div>
+              <div className="tool-label">{t('input')}</div>
+              <pre className="tool-input" data-testid="tool-input">{call.input}</pre>
+              {call.done && (
+                <>
+                  <div className="tool-label">{t('output')}</div>
+                  <pre className="tool-output" data-testid="tool-output">{call.output}</pre>
+                </>
+              )}
+            </li>
+          ))}
+        </ol>
+      )}
+    </div>
+  )
+}
+
+function RetrievalCard({ retrieval }: { retrieval: ChatMessage['retrievals'][number] }) {
+  const { t } = useWorkbench()
+  const [open, setOpen] = useState(false)
+  return (
+    <div className="retrieval-card" data-testid="retrieval-card">
+      <button className="collapser" onClick={() => setOpen(!open)} aria-expanded={open}>
+        <ChevronIcon open={open} /> {t('retrieval', { n: retrieval.results.length })}
+      </button>
+      {open && (
+        <div className="retrieval-body">
+          <div className="muted small">{t('query')}: {retrieval.query}</div>
+          {retrieval.results.map((r, i) => (
+            <div key={i} className="retrieval-result">
+              <div className="retrieval-meta"><code>{r.source}</code><span>{r.score.toFixed(3)}</span></div>
+              <div className="retrieval-text">{r.text}</div>
+            </div>
+          ))}
+        </div>
+      )}
+    </div>
+  )
+}
+
+export function MessageBubble({ message }: { message: ChatMessage }) {
+  const { t } = useWorkbench()
+  if (message.role === 'summary') {
+    return (
+      <div className="bubble summary" data-testid="summary-bubble">
+        <div className="tool-label">{t('summary')}</div>
+        <Markdown text={message.content} />
+      </div>
+    )
+  }
+  if (message.role === 'user') {
+    return (
+      <div className="row user">
+        <div className="bubble user" data-testid="user-bubble">{message.content}</div>
+      </div>
+    )
+  }
+  const empty = !message.content && message.toolCalls.length === 0 && !message.error
+  return (
+    <div className="row assistant">
+      <div className={message.streaming ? 'bubble assistant streaming' : 'bubble assistant'} data-testid="assistant-bubble">
+        {message.retrievals.map((r, i) => <RetrievalCard key={i} retrieval={r} />)}
+        {message.content && <Markdown text={message.content} />}
+        {empty && message.streaming && <span className="typing"><i /><i /><i /></span>}
+        {message.toolCalls.length > 0 && <ThoughtChain message={message} />}
+        {message.error && <div className="inline-error" role="alert" data-testid="chat-error">{t('error')}: {message.error}</div>}
+        {message.cancelled && <div className="muted small">{t('cancelled')}</div>}
+      </div>
+    </div>
+  )
+}

@@ -1,0 +1,63 @@
+// Monaco from the local `monaco-editor` package; its worker is bundled by Vite (`?worker`).
+import { useEffect, useRef } from 'react'
+import * as monaco from 'monaco-editor/editor/editor.api.js'
+import 'monaco-editor/languages/definitions/markdown/register.js'
+import '../../node_modules/monaco-editor/esm/vs/base/browser/ui/codicons/codicon/codicon.css'
+import EditorWorker from 'monaco-editor/editor/editor.worker.js?worker'
+
+const scope = self as unknown as { MonacoEnvironment?: { getWorker: () => Worker } }
+scope.MonacoEnvironment = { getWorker: () => new EditorWorker() }
+
+export function MonacoEditor(props: {
+  path: string
+  value: string
+  theme: 'light' | 'dark'
+  onChange: (value: string) => void
+  onSave: () => void
+}) {
+  const host = useRef<HTMLDivElement>(null)
+  const editor = useRef<monaco.editor.IStandaloneCodeEditor | null>(null)
+  const handlers = useRef(props)
+  handlers.current = props
+
+  useEffect(() => {
+    if (!host.current) return
+    const instance = monaco.editor.create(host.current, {
+      value: '',
+      language: 'markdown',
+      automaticLayout: true,
+      minimap: { enabled: false },
+      wordWrap: 'on',
+      fontSize: 13,
+      scrollBeyondLastLine: false,
+      padding: { top: 8 },
+      fontFamily: 'ui-monospace, SFMono-Regular, Menlo, Consolas, "Noto Sans Mono CJK SC", monospace',
+    })
+    instance.onDidChangeModelContent(() => {
+      const value = instance.getValue()
+      if (value !== applying.current) handlers.current.onChange(value)
+    })
+    instance.addCommand(monaco.KeyMod.CtrlCmd | monaco.KeyCode.KeyS, () => handlers.current.onSave())
+    editor.current = instance
+    return () => {
+      instance.getModel()?.dispose()
+      instance.dispose()
+      editor.current = null
+    }
+  }, [])
+
+  const applying = useRef<string | null>(null)
+  useEffect(() => {
+    const instance = editor.current
+    if (!instance || instance.getValue() === props.value) return
+    applying.current = props.value
+    instance.setValue(props.value)
+    applying.current = null
+  }, [props.value, props.path])
+
+  useEffect(() => {
+    monaco.editor.setTheme(props.theme === 'dark' ? 'vs-dark' : 'vs')
+  }, [props.theme])
+
+  return <div className="monaco-host" ref={host} data-testid="monaco-host" />
+}
