@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     terminal_timeout: float = Field(default=30.0, gt=0)
     python_timeout: float = Field(default=30.0, gt=0)
     fetch_timeout: float = Field(default=15.0, gt=0)
+    max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)  # PUT /process body limit
 
     @property
     def resolved_provider(self) -> Literal["demo", "openai", "deepseek", "anthropic"]:

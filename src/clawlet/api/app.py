@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -11,7 +12,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from clawlet import __version__
-from clawlet.api import native
+from clawlet.api import health, native, process
 from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
 from clawlet.api.openai import chat as openai_chat
 from clawlet.api.openai.errors import openai_error
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         init_home(settings.paths)
+        app.state.started_at = time.time()  # uptime and /health/ready
         yield
         for each in workspaces.all():
             await each.sessions.shutdown()
@@ -62,7 +64,7 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
             request: Request, call_next: Callable[[Request], Awaitable[Response]]
         ) -> Response:
             path = request.url.path
-            guarded = path.startswith(("/api/", OPENAI_PREFIX))
+            guarded = path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process"
             if guarded and not token_matches(expected, request.headers.get("authorization")):
                 log.warning(
                     "auth failure: %s %s from %s",
@@ -71,7 +73,7 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
                     request.client.host if request.client else "?",
                     extra={"event": "auth_failure", "path": path},
                 )
-                if path.startswith(OPENAI_PREFIX):
+                if path.startswith(OPENAI_PREFIX) or path == "/process":
                     return openai_error("missing or invalid API key", 401, code="invalid_api_key")
                 return JSONResponse(
                     error_body("unauthorized", "missing or wrong bearer token"),
@@ -84,6 +86,8 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
         app.include_router(module.router, prefix="/api")
     app.include_router(native.router, prefix="/api")
     app.include_router(openai_chat.router, prefix="/v1")
+    app.include_router(process.router)  # Open WebUI's external document loader
+    app.include_router(health.router)  # public, like the seed's; /health/live never needs a token
     install_static(app)
     # Added last, so it wraps everything above: every request (auth failures included) gets an id.
     app.middleware("http")(request_logging)

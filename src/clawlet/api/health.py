@@ -1,0 +1,348 @@
+"""``GET /health``, ``/health/live`` and ``/health/ready``.
+
+``/health`` follows the UniAiAgent seed's shape — ``status``, ``timestamp``, ``uptime``,
+``version`` and ``checks`` whose entries each carry ``status``, ``message``, ``details`` and
+``timestamp`` — with clawlet's own checks:
+
+* ``llm``: the provider and model; the demo model is healthy (with a note that it is offline);
+  a real provider is probed with ``GET {base_url}/models`` (2 s timeout, cached briefly), and an
+  unreachable or key-rejecting provider makes the service ``degraded``, never ``unhealthy``;
+* ``workspace``: the home exists and is writable (a temp file is written and deleted); if not,
+  the service is ``unhealthy``;
+* ``mcp``: ``mcp.json`` in the home: ``not_configured`` when absent, the server count when it
+  parses, ``degraded`` when it does not;
+* ``openclaw_runtime``: whether Node.js ≥ 24.16 and the ``openclaw`` CLI are installed. It is
+  optional: ``unavailable`` is reported but does not change the overall status.
+
+HTTP 200 for ``healthy`` and ``degraded``, 503 for ``unhealthy``. ``/health`` is public like the
+seed's; with a token configured, callers without it get the statuses and messages but not the
+details that name paths or URLs. ``/health/live`` always answers 200 without running any check;
+``/health/ready`` answers 200 once the app has started and the home is writable, else 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from clawlet import __version__
+from clawlet.config import Settings
+from clawlet.llm.providers import ProviderConfigError, describe_model
+from clawlet.tools.mcp import MCP_CONFIG_FILE, McpConfigError, read_mcp_config
+
+router = APIRouter()
+
+CheckStatus = Literal["healthy", "degraded", "unhealthy", "not_configured", "unavailable"]
+
+LLM_PROBE_TIMEOUT = 2.0
+LLM_PROBE_TTL = 10.0  # seconds a probe result is reused (health checks are polled)
+RUNTIME_PROBE_TTL = 300.0
+OPENCLAW_MIN_NODE = (24, 16)
+ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
+#: Details that may name local paths or internal hosts: hidden from unauthenticated callers.
+SENSITIVE_DETAILS = ("path", "base_url", "config_path", "node_path", "openclaw_path")
+
+PROCESS_STARTED = time.time()
+
+_cache_lock = threading.Lock()
+_llm_cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+_runtime_cache: list[tuple[float, dict[str, Any]]] = []
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _check(status: CheckStatus, message: str, **details: Any) -> dict[str, Any]:
+    return {"status": status, "message": message, "details": details, "timestamp": _now()}
+
+
+# -- llm -----------------------------------------------------------------------------------------
+
+
+def _probe_target(settings: Settings, provider: str) -> tuple[str, dict[str, str]]:
+    """The models URL and auth headers for a real provider."""
+    if provider == "anthropic":
+        base = settings.llm_base_url or ANTHROPIC_BASE_URL
+        key = settings.llm_api_key or settings.anthropic_api_key or ""
+        return base, {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    if provider == "deepseek":
+        base = settings.llm_base_url or settings.deepseek_base_url
+        key = settings.llm_api_key or settings.deepseek_api_key or ""
+    else:
+        base = settings.llm_base_url or settings.openai_base_url or ""
+        key = settings.llm_api_key or settings.openai_api_key or ""
+    return base, ({"Authorization": f"Bearer {key}"} if key else {})
+
+
+async def check_llm(settings: Settings) -> dict[str, Any]:
+    try:
+        info = describe_model(settings)
+    except ProviderConfigError as exc:
+        return _check("unhealthy", f"the LLM provider is misconfigured: {exc}", provider=settings.provider)
+    if info.is_demo:
+        return _check(
+            "healthy",
+            "offline demo model (no LLM): deterministic answers, no network needed",
+            provider="demo",
+            model=info.name,
+        )
+    base, headers = _probe_target(settings, info.provider)
+    if not base:
+        return _check("unhealthy", "no base URL configured", provider=info.provider, model=info.name)
+    url = base.rstrip("/") + "/models"
+    key = (info.provider, url)
+    with _cache_lock:
+        cached = _llm_cache.get(key)
+    if cached and time.monotonic() - cached[0] < LLM_PROBE_TTL:
+        return cached[1]
+    started = time.perf_counter()
+    common = {"provider": info.provider, "model": info.name, "base_url": base}
+    try:
+        async with httpx.AsyncClient(timeout=LLM_PROBE_TIMEOUT) as client:
+            response = await client.get(url, headers=headers)
+    except httpx.HTTPError as exc:
+        result = _check(
+            "degraded",
+            f"the LLM endpoint is unreachable ({type(exc).__name__})",
+            reachable=False,
+            **common,
+        )
+    else:
+        latency = round((time.perf_counter() - started) * 1000, 1)
+        code = response.status_code
+        if code in (401, 403):
+            status: CheckStatus = "degraded"
+            message = f"the LLM endpoint rejected the API key (HTTP {code})"
+        elif code >= 500:
+            status, message = "degraded", f"the LLM endpoint answered HTTP {code}"
+        else:
+            status, message = "healthy", f"the LLM endpoint is reachable (GET /models: HTTP {code})"
+        result = _check(status, message, reachable=code < 500, http_status=code, latency_ms=latency, **common)
+    with _cache_lock:
+        _llm_cache[key] = (time.monotonic(), result)
+    return result
+
+
+# -- workspace -----------------------------------------------------------------------------------
+
+
+def home_writable(root: Path) -> tuple[bool, str]:
+    """Whether a file can be created and deleted in ``root`` (and why not)."""
+    if not root.is_dir():
+        return (
+            False,
+            "the home directory does not exist" if not root.exists() else "the home is not a directory",
+        )
+    try:
+        fd, name = tempfile.mkstemp(prefix=".health-", suffix=".tmp", dir=root)
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as exc:
+        return False, f"the home is not writable ({exc.strerror or exc})"
+    return True, ""
+
+
+def check_workspace(root: Path) -> dict[str, Any]:
+    writable, reason = home_writable(root)
+    readable = root.is_dir() and os.access(root, os.R_OK | os.X_OK)
+    if writable and readable:
+        return _check(
+            "healthy",
+            "the home directory is accessible and writable",
+            path=str(root),
+            readable=True,
+            writable=True,
+        )
+    return _check(
+        "unhealthy",
+        reason or "the home is not readable",
+        path=str(root),
+        readable=readable,
+        writable=writable,
+    )
+
+
+# -- mcp -----------------------------------------------------------------------------------------
+
+
+def check_mcp(root: Path) -> dict[str, Any]:
+    path = root / MCP_CONFIG_FILE
+    if not path.exists():
+        return _check(
+            "not_configured",
+            f"MCP is off (no {MCP_CONFIG_FILE} in the home)",
+            enabled=False,
+            config_path=None,
+        )
+    try:
+        servers = read_mcp_config(root)
+    except McpConfigError as exc:
+        return _check("degraded", str(exc), enabled=False, config_path=str(path))
+    except OSError as exc:
+        return _check(
+            "degraded", f"{MCP_CONFIG_FILE} cannot be read: {exc}", enabled=False, config_path=str(path)
+        )
+    return _check(
+        "healthy",
+        f"{len(servers)} MCP server(s) configured",
+        enabled=bool(servers),
+        config_path=str(path),
+        servers=len(servers),
+        server_names=sorted(servers),
+    )
+
+
+# -- openclaw runtime ----------------------------------------------------------------------------
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(part) for part in found.groups() if part is not None) if found else None
+
+
+def _run_version(executable: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=3, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    output = (done.stdout or done.stderr).strip()
+    return output.splitlines()[0] if done.returncode == 0 and output else None
+
+
+def probe_openclaw_runtime() -> dict[str, Any]:
+    """Node.js and the openclaw CLI on ``PATH`` (cached: they rarely change while serving)."""
+    with _cache_lock:
+        if _runtime_cache and time.monotonic() - _runtime_cache[0][0] < RUNTIME_PROBE_TTL:
+            return _runtime_cache[0][1]
+    required = ".".join(map(str, OPENCLAW_MIN_NODE))
+    node = shutil.which("node")
+    node_version = _run_version(node) if node else None
+    parsed = _version_tuple(node_version or "")
+    node_ok = parsed is not None and parsed[:2] >= OPENCLAW_MIN_NODE
+    openclaw = shutil.which("openclaw")
+    openclaw_version = _run_version(openclaw) if openclaw else None
+    details = {
+        "optional": True,
+        "node_path": node,
+        "node_version": node_version,
+        "node_required": f">={required}",
+        "openclaw_path": openclaw,
+        "openclaw_version": openclaw_version,
+    }
+    if node_ok and openclaw_version:
+        result = _check("healthy", "Node.js and the openclaw CLI are available", **details)
+    else:
+        missing = []
+        if not node:
+            missing.append("Node.js is not installed")
+        elif not node_ok:
+            missing.append(f"Node.js {node_version or '?'} is older than {required}")
+        if not openclaw:
+            missing.append("the openclaw npm package is not installed")
+        elif not openclaw_version:
+            missing.append("openclaw --version failed")
+        result = _check(
+            "unavailable",
+            "optional OpenClaw runtime unavailable (the built-in engine is used): " + "; ".join(missing),
+            **details,
+        )
+    with _cache_lock:
+        _runtime_cache[:] = [(time.monotonic(), result)]
+    return result
+
+
+# -- endpoints -----------------------------------------------------------------------------------
+
+
+def overall_status(checks: dict[str, dict[str, Any]]) -> Literal["healthy", "degraded", "unhealthy"]:
+    """``unhealthy`` if any check is; ``degraded`` if any is; optional, unconfigured and
+    unavailable parts do not count."""
+    statuses = {check["status"] for check in checks.values()}
+    if "unhealthy" in statuses:
+        return "unhealthy"
+    if "degraded" in statuses:
+        return "degraded"
+    return "healthy"
+
+
+def _authenticated(request: Request, settings: Settings) -> bool:
+    from clawlet.api.app import token_matches  # the app imports this module
+
+    tokens = settings.accepted_tokens
+    return not tokens or token_matches(tokens, request.headers.get("authorization"))
+
+
+def _redact(checks: dict[str, dict[str, Any]]) -> None:
+    for check in checks.values():
+        details = check["details"]
+        for key in SENSITIVE_DETAILS:
+            details.pop(key, None)
+
+
+def _uptime(request: Request) -> float:
+    started = getattr(request.app.state, "started_at", None) or PROCESS_STARTED
+    return round(time.time() - float(started), 3)
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    settings: Settings = request.app.state.services.settings
+    root = settings.paths.root
+    llm, workspace, mcp, runtime = await asyncio.gather(
+        check_llm(settings),
+        asyncio.to_thread(check_workspace, root),
+        asyncio.to_thread(check_mcp, root),
+        asyncio.to_thread(probe_openclaw_runtime),
+    )
+    checks = {"llm": llm, "workspace": workspace, "mcp": mcp, "openclaw_runtime": runtime}
+    checks = {name: {**check, "details": dict(check["details"])} for name, check in checks.items()}
+    if not _authenticated(request, settings):
+        _redact(checks)
+    status = overall_status(checks)
+    uptime = _uptime(request)
+    body = {
+        "status": status,
+        "version": __version__,
+        "timestamp": _now(),
+        "uptime": uptime,
+        "uptime_seconds": uptime,
+        "checks": checks,
+    }
+    return JSONResponse(body, status_code=503 if status == "unhealthy" else 200)
+
+
+@router.get("/health/live")
+async def live() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> JSONResponse:
+    settings: Settings = request.app.state.services.settings
+    started = getattr(request.app.state, "started_at", None) is not None
+    writable, reason = await asyncio.to_thread(home_writable, settings.paths.root)
+    if started and writable:
+        return JSONResponse({"status": "ready"})
+    return JSONResponse(
+        {"status": "not_ready", "reason": reason if started else "the app has not finished starting"},
+        status_code=503,
+    )
