@@ -338,7 +338,7 @@ def test_model_call_cap_ends_the_run_cleanly(
     names = collapsed_names(events)
     assert "error" not in names
     assert names[-3:] == ["token", "done", "title"]
-    assert "run limit (3/3)" in one(events, "done")["content"]
+    assert "limit of 3 model calls" in one(events, "done")["content"]
     calls = agent_requests(scripted)
     assert len(calls) == 3  # the cap, not the (unbounded) script, ended the run
     assert counter["n"] == 3
@@ -348,7 +348,7 @@ def test_model_call_cap_ends_the_run_cleanly(
     assert scripted.errors == []
     stored = load_session(server, "cap")
     assert stored["messages"][0] == {"role": "user", "content": "loop forever"}
-    assert "run limit (3/3)" in stored["messages"][-1]["content"]
+    assert "CLAWLET_MAX_MODEL_CALLS" in stored["messages"][-1]["content"]
     recorded = [c["output"] for m in stored["messages"][1:] for c in m.get("tool_calls") or []]
     assert recorded == ["step1", "step2", "step3"]
 

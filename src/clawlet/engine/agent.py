@@ -158,6 +158,15 @@ class AgentEngine:
             )
         return self._agent
 
+    def readable_notice(self, node: str, text: str) -> str:
+        """LangChain's limit notices, said so that a user knows what happened and what to change."""
+        if node.startswith("ModelCallLimitMiddleware"):
+            return (
+                f"⚠️ Stopped: this turn reached its limit of {self.settings.max_model_calls} model "
+                "calls (CLAWLET_MAX_MODEL_CALLS). Ask me to continue, or raise the limit."
+            )
+        return text
+
     def tool_names(self) -> list[str]:
         return [tool.name for tool in self.build_tools()]
 
@@ -214,7 +223,7 @@ class AgentEngine:
                             if tools_ran:
                                 tools_ran = False
                                 yield NewSegment()
-                            yield TextDelta(item.text)
+                            yield TextDelta(self.readable_notice(node, item.text))
                         if item.tool_calls and tools_ran:
                             tools_ran = False
                             yield NewSegment()
