@@ -11,7 +11,7 @@ import pytest
 
 from clawlet.api.options import AgentOptions, OptionError, extract_in_message
 from clawlet.config import Settings
-from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
 from tests.conftest import LiveServer
 
 V1 = "/v1/chat/completions"
@@ -235,3 +235,26 @@ def test_native_agent_endpoint_streams_events(server: LiveServer) -> None:
         response = httpx.post(f"{server.url}/api/agent", json=bad)
         assert response.status_code == code, (bad, response.text)
         assert "error" in response.json()
+
+
+def test_model_reasoning_streams_inside_the_think_block(settings: Settings, live_server: object) -> None:
+    """DeepSeek's reasoning_content (native provider path) is shown only when thinking is on."""
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script(
+            [
+                Turn(text="答案是 4。", reasoning="先算 2+2，等于 4。"),
+                Turn(text="答案是 4。", reasoning="先算 2+2，等于 4。"),
+            ]
+        )
+        custom = Settings(
+            provider="deepseek", deepseek_api_key="k", deepseek_base_url=llm.base_url, deepseek_model="r1"
+        )
+        server: LiveServer = live_server(custom)  # type: ignore[operator]
+        body = {"model": "c", "messages": [{"role": "user", "content": "2+2?"}]}
+        shown = httpx.post(server.url + V1, json={**body, "thinking": True}, timeout=60)
+        content = shown.json()["choices"][0]["message"]["content"]
+        assert content.startswith("<think>\nsession-id=")
+        assert "先算 2+2，等于 4。" in content
+        assert content.index("等于 4") < content.index("</think>") < content.index("答案是 4。")
+        hidden = httpx.post(server.url + V1, json=body, timeout=60)
+        assert hidden.json()["choices"][0]["message"]["content"] == "答案是 4。"

@@ -28,6 +28,13 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class Thinking:
+    """Reasoning the model streams apart from its answer (e.g. DeepSeek's ``reasoning_content``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class ToolStart:
     tool: str
     input: str
@@ -81,6 +88,7 @@ Event = (
     RunStarted
     | Retrieval
     | TextDelta
+    | Thinking
     | ToolStart
     | ToolEnd
     | NewSegment

@@ -31,7 +31,16 @@ from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
-from clawlet.events import Event, NewSegment, Retrieval, TextDelta, ToolEnd, ToolStart, Usage
+from clawlet.events import (
+    Event,
+    NewSegment,
+    Retrieval,
+    TextDelta,
+    Thinking,
+    ToolEnd,
+    ToolStart,
+    Usage,
+)
 from clawlet.llm.demo import RETRIEVAL_HEADER
 from clawlet.llm.providers import build_chat_model
 from clawlet.memory.index import SearchResult
@@ -200,6 +209,9 @@ class AgentEngine:
                 if chunk.usage_metadata:
                     input_tokens += chunk.usage_metadata.get("input_tokens", 0)
                     output_tokens += chunk.usage_metadata.get("output_tokens", 0)
+                reasoning = chunk.additional_kwargs.get("reasoning_content")
+                if isinstance(reasoning, str) and reasoning:
+                    yield Thinking(reasoning)
                 text = chunk.text
                 if text:
                     if tools_ran:

@@ -85,6 +85,7 @@ class Turn:
     tool_calls: Sequence[ToolCall] = ()
     chunks: int | None = None
     delay: float = 0.0
+    reasoning: str = ""  # streamed first as DeepSeek-style ``reasoning_content`` deltas
 
     @property
     def finish_reason(self) -> str:
@@ -352,8 +353,10 @@ def stream_deltas(turn: Turn) -> list[tuple[JSONDict, str | None]]:
     """The ``(delta, finish_reason)`` pairs of one streamed turn, in order."""
     deltas: list[JSONDict] = []
     text_pieces = split_text(turn.text, turn.chunks)
-    if text_pieces:
+    reasoning_pieces = split_text(turn.reasoning)
+    if text_pieces or reasoning_pieces:
         deltas.append({"role": "assistant", "content": "", "refusal": None})
+        deltas.extend({"content": None, "reasoning_content": piece} for piece in reasoning_pieces)
         deltas.extend({"content": piece} for piece in text_pieces)
     for index, call in enumerate(turn.tool_calls):
         body = _tool_call_body(call, index)

@@ -38,6 +38,7 @@ from clawlet.events import (
     RunFailed,
     RunFinished,
     TextDelta,
+    Thinking,
     ToolEnd,
     ToolStart,
     Usage,
@@ -167,6 +168,8 @@ class DeltaRenderer:
         """The text delta for ``event``; None when it shows nothing (a keep-alive moment)."""
         if isinstance(event, TextDelta):
             return self._emit(self._close() + event.text)
+        if isinstance(event, Thinking):
+            return self._emit(self._open() + event.text) if self.thinking else None
         if isinstance(event, ToolStart):
             if not self.thinking:
                 return None
