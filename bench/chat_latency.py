@@ -28,9 +28,7 @@ import json
 import math
 import os
 import statistics
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -39,16 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
-REPO_SRC = Path(__file__).resolve().parent.parent / "src"
-if str(REPO_SRC) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(REPO_SRC))
-
-from clawlet.api.app import create_app  # noqa: E402
-from clawlet.config import Settings  # noqa: E402
-from clawlet.llm.demo import TITLE_REQUEST_MARKER  # noqa: E402
-from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn  # noqa: E402
+from clawlet.config import Settings
+from clawlet.llm.demo import TITLE_REQUEST_MARKER
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
+from support import ClawletServer, percentile
 
 ANSWER_WORDS = 120
 
@@ -57,30 +50,6 @@ ANSWER_WORDS = 120
 class Sample:
     ttft: float
     total: float
-
-
-class ClawletServer:
-    """The clawlet app on a free loopback port, served by uvicorn in a daemon thread."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.server = uvicorn.Server(
-            uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("clawlet server did not start")
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def is_title_request(body: dict[str, Any]) -> bool:
@@ -136,13 +105,6 @@ def measure_clawlet(client: httpx.Client, url: str) -> Sample:
     if math.isnan(ttft) or math.isnan(total):
         raise RuntimeError("clawlet stream ended without token/done events")
     return Sample(ttft, total)
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def summarize(samples: list[Sample], attr: str) -> tuple[float, float]:

@@ -34,9 +34,7 @@ import json
 import math
 import os
 import statistics
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,15 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
-REPO_SRC = Path(__file__).resolve().parent.parent / "src"
-if str(REPO_SRC) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(REPO_SRC))
-
-from clawlet.api.app import create_app  # noqa: E402
-from clawlet.config import Settings  # noqa: E402
-from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn  # noqa: E402
+from clawlet.config import Settings
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
+from support import ClawletServer, percentile
 
 ANSWER_WORDS = 120
 PROMPT = "Tell me something."
@@ -69,36 +62,6 @@ class Sample:
         """Content chunks per second after the first one arrived."""
         streaming = self.total - self.ttft
         return (self.chunks - 1) / streaming if streaming > 0 and self.chunks > 1 else math.nan
-
-
-class ClawletServer:
-    """The clawlet app on a free loopback port, served by uvicorn in a daemon thread."""
-
-    def __init__(self, settings: Settings) -> None:
-        config = uvicorn.Config(
-            create_app(settings),
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            backlog=4096,  # hundreds of connections arrive at once
-            timeout_keep_alive=30,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("clawlet server did not start")
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def make_script(chunks: int, delay: float) -> Callable[[dict[str, Any]], Turn]:
@@ -181,13 +144,6 @@ async def burst(url: str, body: dict[str, Any], count: int) -> tuple[list[Sample
     samples = [item for item in results if isinstance(item, Sample)]
     errors = [f"{type(item).__name__}: {item}" for item in results if isinstance(item, BaseException)]
     return samples, errors, wall
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def ms(value: float) -> str:
