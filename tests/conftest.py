@@ -29,6 +29,13 @@ PROVIDER_ENV = (
     "EMBEDDING_MODEL",
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_MODEL",
+    "DATABASE_URL",
+    "OPENCLAW_GATEWAY_URL",
+    "OPENCLAW_GATEWAY_TOKEN",
+    "OPENCLAW_GATEWAY_TIMEOUT",
+    "OPENCLAW_STATE_DIR",
+    "API_KEY",
+    "API_KEYS",
 )
 
 
@@ -45,6 +52,8 @@ def clawlet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if name.startswith("CLAWLET_") and name != "CLAWLET_HOME":
             monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # so no stray .env from the repository is read
+    # openclaw.json (the inbox's agent list) never comes from the real ~/.openclaw
+    monkeypatch.setenv("OPENCLAW_CONFIG_PATH", str(tmp_path / "openclaw" / "openclaw.json"))
     return home
 
 
@@ -64,11 +73,13 @@ def free_port() -> int:
 class LiveServer:
     """A real uvicorn server on loopback, running the clawlet app in a background thread."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, demo_token_delay: float = 0.0, port: int | None = None) -> None:
         self.settings = settings
-        self.port = free_port()
-        self.app = create_app(settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.port = port or free_port()
+        self.app = create_app(settings, demo_token_delay=demo_token_delay)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=3
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -95,8 +106,10 @@ def live_server(settings: Settings) -> Iterator[Callable[..., LiveServer]]:
     """Factory: ``live_server()`` starts the app for ``settings`` (or given settings)."""
     started: list[LiveServer] = []
 
-    def start(custom: Settings | None = None) -> LiveServer:
-        server = LiveServer(custom or settings).start()
+    def start(
+        custom: Settings | None = None, *, demo_token_delay: float = 0.0, port: int | None = None
+    ) -> LiveServer:
+        server = LiveServer(custom or settings, demo_token_delay=demo_token_delay, port=port).start()
         started.append(server)
         return server
 

@@ -177,3 +177,25 @@ def test_multi_turn_history_continuity(server: LiveServer) -> None:
     assert "\n\n" in messages[4]["content"]
     assert len(stored(server, "mt")["messages"]) == 5  # user, assistant, user, 2 segments
     assert os.path.getsize(server.settings.paths.sessions / "mt.json") > 0
+
+
+def test_cancel_right_after_start_closes_the_run(settings: Any) -> None:
+    """Regression: cancelling a turn before its task took a first step left the run open forever
+    (no RunCancelled, the session stuck busy)."""
+    import asyncio
+
+    from clawlet.events import RunCancelled
+    from clawlet.services import build_services
+
+    async def scenario() -> list[object]:
+        services = build_services(settings)
+        run = await services.sessions.start_turn("early-cancel", "hello", title=False)
+        assert await services.sessions.cancel("early-cancel") is True
+        events = [event async for event in run.events()]
+        assert not services.sessions.is_running("early-cancel")
+        second = await services.sessions.start_turn("early-cancel", "again", title=False)
+        await second.wait()
+        return events
+
+    events = asyncio.run(asyncio.wait_for(scenario(), timeout=20))
+    assert isinstance(events[-1], RunCancelled)

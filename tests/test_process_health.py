@@ -211,7 +211,7 @@ def test_process_needs_the_token_when_one_is_set(
 
 # -- /health -------------------------------------------------------------------------------------
 
-CHECK_KEYS = {"llm", "workspace", "mcp", "openclaw_runtime"}
+CHECK_KEYS = {"llm", "workspace", "mcp", "openclaw_runtime", "inbox"}
 
 
 def get_health(server: LiveServer, path: str = "/health", **headers: str) -> httpx.Response:
@@ -237,6 +237,8 @@ def test_health_in_demo_mode(server: LiveServer, settings: Settings) -> None:
     assert body["checks"]["mcp"]["status"] == "not_configured"
     runtime = body["checks"]["openclaw_runtime"]
     assert runtime["status"] in {"healthy", "unavailable"} and runtime["details"]["optional"] is True
+    assert body["checks"]["inbox"]["status"] == "healthy"
+    assert body["checks"]["inbox"]["details"] == {"backend": "local", "tasks": 0}
     assert not list(settings.paths.root.glob(".health-*"))  # the probe file is removed
 
 

@@ -63,6 +63,8 @@ def cmd_serve(settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
+    # (the gateway needs no check of its own: without a token it is refused here, and with an API
+    # token the gateway accepts that token when CLAWLET_GATEWAY_TOKEN is not set)
     try:
         info = describe_model(settings)
     except ProviderConfigError as exc:
@@ -71,8 +73,18 @@ def cmd_serve(settings: Settings) -> int:
     init_home(settings.paths)
     print(f"clawlet {__version__} · home {settings.paths.root} · model {info.label}")
     print(f"listening on http://{settings.host}:{settings.port}  (Ctrl+C to stop)")
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    gateway_urls = [f"ws://{host}:{settings.port}/gateway"]
+    if settings.gateway_port:
+        gateway_urls.append(f"ws://{host}:{settings.gateway_port}/gateway")
+    print(f"OpenClaw gateway (protocol v3/v4) at {'  and  '.join(gateway_urls)}")
     app = create_app(settings, demo_token_delay=DEMO_TOKEN_DELAY)
     configure_logging(settings.log_format, settings.log_level)
+    if settings.gateway_port:  # both servers in one event loop, sharing the app's services
+        from clawlet.api.gateway_ws import serve_with_gateway_port
+
+        serve_with_gateway_port(app, settings, GRACEFUL_SHUTDOWN_SECONDS)
+        return 0
     uvicorn.run(
         app,
         host=settings.host,
@@ -152,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the local server (API + UI)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8002)")
+    serve.add_argument(
+        "--gateway-port",
+        type=int,
+        help="also serve the OpenClaw gateway protocol on this port (like OpenClaw's 18789)",
+    )
     chat = sub.add_parser("chat", help="chat in the terminal")
     chat.add_argument("--session", default=None, help="session id to continue (default: a new one)")
     chat.add_argument(
@@ -169,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["host"] = args.host
     if getattr(args, "port", None):
         overrides["port"] = args.port
+    if getattr(args, "gateway_port", None):
+        overrides["gateway_port"] = args.gateway_port
     settings = Settings(**overrides)  # type: ignore[arg-type]
     if args.command == "init":
         return cmd_init(settings)

@@ -77,6 +77,30 @@ class Settings(BaseSettings):
     fetch_timeout: float = Field(default=15.0, gt=0)
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)  # PUT /process body limit
 
+    # -- the task inbox (seed 004) ---------------------------------------------------------------
+    #: SQLAlchemy URL of the inbox database; default ``sqlite:///<home>/data/agent_channel_v2.db``
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("CLAWLET_DATABASE_URL", "DATABASE_URL")
+    )
+    #: where inbox tasks run: ``local`` (clawlet's own engine) or ``gateway`` (an OpenClaw gateway)
+    inbox_backend: Literal["local", "gateway"] = "local"
+    openclaw_config_path: Path | None = Field(
+        default=None, validation_alias=AliasChoices("CLAWLET_OPENCLAW_CONFIG", "OPENCLAW_CONFIG_PATH")
+    )
+    openclaw_gateway_url: str = Field(default="ws://127.0.0.1:18789", validation_alias="OPENCLAW_GATEWAY_URL")
+    openclaw_gateway_token: str | None = Field(default=None, validation_alias="OPENCLAW_GATEWAY_TOKEN")
+    #: how long one gateway run may take, in milliseconds (the seed's unit)
+    openclaw_gateway_timeout: int = Field(default=300_000, ge=1, validation_alias="OPENCLAW_GATEWAY_TIMEOUT")
+    #: seconds of silence after which an inbox SSE stream sends a ``heartbeat`` event
+    inbox_heartbeat_seconds: float = Field(default=30.0, gt=0)
+
+    # -- clawlet as a gateway --------------------------------------------------------------------
+    #: token OpenClaw clients must send in ``connect``; default: the API tokens (none on loopback)
+    gateway_token: str | None = None
+    #: also serve the gateway protocol on its own port (at ``/``), as OpenClaw does on 18789
+    gateway_port: int | None = None
+    gateway_tick_interval_ms: int = Field(default=30_000, ge=10)
+
     @property
     def resolved_provider(self) -> Literal["demo", "openai", "deepseek", "anthropic"]:
         """The provider actually used: ``auto`` picks the first one with a key, else ``demo``."""
@@ -96,6 +120,27 @@ class Settings(BaseSettings):
         tokens = [self.api_token] if self.api_token else []
         tokens += [part.strip() for part in (self.api_keys or "").split(",") if part.strip()]
         return tokens
+
+    @property
+    def gateway_tokens(self) -> list[str]:
+        """Tokens accepted in a gateway ``connect``: ``CLAWLET_GATEWAY_TOKEN``, else the API tokens."""
+        return [self.gateway_token] if self.gateway_token else self.accepted_tokens
+
+    @property
+    def openclaw_config_file(self) -> Path:
+        """``openclaw.json``: the configured path, ``$OPENCLAW_STATE_DIR/openclaw.json``, or
+        ``~/.openclaw/openclaw.json``."""
+        if self.openclaw_config_path:
+            return self.openclaw_config_path.expanduser()
+        state_dir = os.environ.get("OPENCLAW_STATE_DIR")
+        base = Path(state_dir).expanduser() if state_dir else Path.home() / ".openclaw"
+        return base / "openclaw.json"
+
+    @property
+    def inbox_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.paths.root / 'data' / 'agent_channel_v2.db'}"
 
     @property
     def workspaces_root(self) -> Path:

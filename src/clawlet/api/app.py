@@ -12,14 +12,17 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from clawlet import __version__
-from clawlet.api import health, native, process
+from clawlet.api import gateway_ws, health, native, process
 from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
+from clawlet.api.inbox import install_inbox
 from clawlet.api.openai import chat as openai_chat
 from clawlet.api.openai.errors import openai_error
 from clawlet.api.static import install_static
 from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
+from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
 from clawlet.home import init_home
+from clawlet.inbox.service import build_inbox
 from clawlet.logs import request_logging
 from clawlet.services import Services, Workspaces, build_services
 
@@ -38,22 +41,39 @@ def token_matches(accepted: list[str], authorization: str | None) -> bool:
     return matched
 
 
-def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.0) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    demo_token_delay: float = 0.0,
+    list_agents: AgentLister | None = None,
+    list_models: ModelLister | None = None,
+) -> FastAPI:
     settings = settings or Settings()
     services: Services = build_services(settings, demo_token_delay=demo_token_delay)
     workspaces = Workspaces(services, demo_token_delay=demo_token_delay)
+    inbox = build_inbox(settings, workspaces)
+    # OpenClaw clients drive clawlet's agents over WebSocket at /gateway (and --gateway-port); the
+    # agents are the inbox's (openclaw.json), each running in the clawlet workspace of its name
+    gateway = GatewayServer(
+        settings, workspaces, list_agents=list_agents or inbox.gateway_agents, list_models=list_models
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         init_home(settings.paths)
         app.state.started_at = time.time()  # uptime and /health/ready
+        await inbox.start()  # recovers tasks a previous run left running or pending
         yield
+        await inbox.close()  # before the sessions, so interrupted tasks say why they failed
         for each in workspaces.all():
             await each.sessions.shutdown()
+        await gateway.close()  # after the sessions: clients hear their runs end, then shutdown
 
     app = FastAPI(title="clawlet", version=__version__, lifespan=lifespan)
     app.state.services = services
     app.state.workspaces = workspaces
+    app.state.gateway = gateway
+    app.state.inbox = inbox
     install_error_handlers(app)
 
     if settings.accepted_tokens:
@@ -85,8 +105,10 @@ def create_app(settings: Settings | None = None, *, demo_token_delay: float = 0.
     for module in (chat, sessions, compress, skills, files, tokens, config_api):
         app.include_router(module.router, prefix="/api")
     app.include_router(native.router, prefix="/api")
+    install_inbox(app)  # /api/v1: the task inbox
     app.include_router(openai_chat.router, prefix="/v1")
     app.include_router(process.router)  # Open WebUI's external document loader
+    app.include_router(gateway_ws.router)  # the OpenClaw gateway protocol; checks its own token
     app.include_router(health.router)  # public, like the seed's; /health/live never needs a token
     install_static(app)
     # Added last, so it wraps everything above: every request (auth failures included) gets an id.

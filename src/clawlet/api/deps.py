@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from clawlet.inbox.service import InboxService
 from clawlet.services import Services, Workspaces
 
 
@@ -23,3 +24,11 @@ def get_workspaces(request: Request) -> Workspaces:
 
 
 WorkspacesDep = Annotated[Workspaces, Depends(get_workspaces)]
+
+
+def get_inbox(request: Request) -> InboxService:
+    inbox: InboxService = request.app.state.inbox
+    return inbox
+
+
+InboxDep = Annotated[InboxService, Depends(get_inbox)]

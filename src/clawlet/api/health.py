@@ -11,6 +11,8 @@
   the service is ``unhealthy``;
 * ``mcp``: ``mcp.json`` in the home: ``not_configured`` when absent, the server count when it
   parses, ``degraded`` when it does not;
+* ``inbox``: the task inbox's database answers; with the ``gateway`` backend, whether the OpenClaw
+  gateway is connected (not yet connected is fine; a failed connection makes it ``degraded``);
 * ``openclaw_runtime``: whether Node.js ≥ 24.16 and the ``openclaw`` CLI are installed. It is
   optional: ``unavailable`` is reported but does not change the overall status.
 
@@ -37,9 +39,12 @@ from typing import Any, Literal
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
 from clawlet import __version__
 from clawlet.config import Settings
+from clawlet.inbox.backends import GatewayBackend
+from clawlet.inbox.service import InboxService
 from clawlet.llm.providers import ProviderConfigError, describe_model
 from clawlet.tools.mcp import MCP_CONFIG_FILE, McpConfigError, read_mcp_config
 
@@ -53,7 +58,7 @@ RUNTIME_PROBE_TTL = 300.0
 OPENCLAW_MIN_NODE = (24, 16)
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 #: Details that may name local paths or internal hosts: hidden from unauthenticated callers.
-SENSITIVE_DETAILS = ("path", "base_url", "config_path", "node_path", "openclaw_path")
+SENSITIVE_DETAILS = ("path", "base_url", "config_path", "node_path", "openclaw_path", "gateway_url")
 
 PROCESS_STARTED = time.time()
 
@@ -270,6 +275,28 @@ def probe_openclaw_runtime() -> dict[str, Any]:
     return result
 
 
+# -- inbox ---------------------------------------------------------------------------------------
+
+
+def check_inbox(inbox: InboxService) -> dict[str, Any]:
+    """The inbox database answers, and (gateway backend) whether the gateway is connected."""
+    try:
+        counts = inbox.repository.count_by_agent()
+    except SQLAlchemyError as exc:
+        return _check("unhealthy", f"the inbox database cannot be read: {type(exc).__name__}")
+    common = {"backend": inbox.executor.backend.name, "tasks": sum(counts.values())}
+    backend = inbox.executor.backend
+    if not isinstance(backend, GatewayBackend):
+        return _check("healthy", "inbox tasks run on clawlet's own engine", **common)
+    client = backend.client
+    common["gateway_url"] = client.url
+    if client.connected:
+        return _check("healthy", f"connected to the OpenClaw gateway (protocol {client.protocol})", **common)
+    if client.last_error is None:
+        return _check("healthy", "the OpenClaw gateway connects when the first task runs", **common)
+    return _check("degraded", f"the OpenClaw gateway is not connected: {client.last_error}", **common)
+
+
 # -- endpoints -----------------------------------------------------------------------------------
 
 
@@ -307,13 +334,14 @@ def _uptime(request: Request) -> float:
 async def health(request: Request) -> JSONResponse:
     settings: Settings = request.app.state.services.settings
     root = settings.paths.root
-    llm, workspace, mcp, runtime = await asyncio.gather(
+    llm, workspace, mcp, runtime, inbox = await asyncio.gather(
         check_llm(settings),
         asyncio.to_thread(check_workspace, root),
         asyncio.to_thread(check_mcp, root),
         asyncio.to_thread(probe_openclaw_runtime),
+        asyncio.to_thread(check_inbox, request.app.state.inbox),
     )
-    checks = {"llm": llm, "workspace": workspace, "mcp": mcp, "openclaw_runtime": runtime}
+    checks = {"llm": llm, "workspace": workspace, "mcp": mcp, "openclaw_runtime": runtime, "inbox": inbox}
     checks = {name: {**check, "details": dict(check["details"])} for name, check in checks.items()}
     if not _authenticated(request, settings):
         _redact(checks)

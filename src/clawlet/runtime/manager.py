@@ -245,6 +245,12 @@ class SessionManager:
         run.task.cancel()
         with suppress(asyncio.CancelledError):
             await asyncio.shield(run.task)
+        if not run.closed:
+            # cancelled before its first step: _drive never ran, so close the run here
+            await run.publish(RunCancelled(run.session_id, ""))
+            await run.close()
+            if self.runs.get(session_id) is run:
+                del self.runs[session_id]
         return True
 
     async def forget(self, session_id: str) -> None:

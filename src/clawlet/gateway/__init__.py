@@ -1,0 +1,1 @@
+"""The OpenClaw Gateway WebSocket protocol: shared frames, a client, and clawlet's own server."""

@@ -1,0 +1,896 @@
+"""A WebSocket client for the OpenClaw Gateway: clawlet's inbox runs tasks through it.
+
+The client speaks the gateway protocol described in ``shared/design/PROTOCOLS.md`` §1 (v4, still
+accepting v3 servers): it waits for ``connect.challenge``, sends ``connect`` as an operator
+(``gateway-client``/``backend``, scopes read+write, ``caps:["tool-events"]``, the shared token),
+then multiplexes requests (``chat.send``, ``chat.abort``, …) and ``chat`` events over one
+connection. Every incoming frame is parsed leniently; a bad frame is logged, never fatal.
+
+Connection lifecycle:
+
+* :meth:`GatewayClient.start` makes **one** connection attempt (bounded by ``request_timeout``) and
+  returns once ``hello-ok`` arrives. It raises :class:`GatewayUnavailable` when the gateway cannot
+  be reached and :class:`~clawlet.gateway.protocol.GatewayError` when it refuses the ``connect``
+  (token, protocol, pairing); a failed ``start()`` leaves nothing running behind it.
+* Once connected, a background task keeps the connection up. A ``tick`` watchdog drops a
+  connection that stays silent for twice ``policy.tickIntervalMs``. When the connection is lost,
+  every pending request and every in-flight :meth:`GatewayClient.chat` fails with
+  :class:`GatewayUnavailable` at once (the run may still finish on the gateway), and the client
+  reconnects up to ``max_reconnects`` times with exponential backoff (``backoff_initial`` doubling,
+  capped at ``backoff_max``; the count starts afresh after each successful connect). A connect that
+  the gateway refuses (``ok:false`` that is not ``retryable``) ends the cycle at once.
+* While a reconnect is under way, new requests wait for it (within their own timeout). After the
+  client gave up (or before it was ever started) a request makes a fresh ``start()`` attempt, so it
+  fails fast if the gateway is still down and starts a new connect cycle if it is back.
+
+Nothing here logs the token; frames handed to ``on_frame`` are the real ones (the ``connect`` frame
+carries it), so a logging ``on_frame`` should pass them through :func:`redact_frame`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import sys
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from clawlet import __version__
+from clawlet.gateway.protocol import (
+    CAP_TOOL_EVENTS,
+    DEFAULT_TICK_INTERVAL_MS,
+    DETAIL_PROTOCOL_MISMATCH,
+    EVENT_AGENT,
+    EVENT_CHALLENGE,
+    EVENT_CHAT,
+    EVENT_SHUTDOWN,
+    EVENT_TICK,
+    INVALID_REQUEST,
+    MIN_PROTOCOL_VERSION,
+    OPERATOR_SCOPES,
+    PROTOCOL_VERSION,
+    FrameError,
+    GatewayError,
+    decode,
+    encode,
+    message_text,
+    parse_session_key,
+    request_frame,
+)
+
+log = logging.getLogger(__name__)
+#: websockets logs frames at DEBUG (the start and end of each payload), which could show the
+#: ``connect`` frame's token; its logger for gateway connections therefore never goes below INFO.
+_ws_log = logging.getLogger(f"{__name__}.websocket")
+_ws_log.setLevel(logging.INFO)
+
+ChatState = Literal["delta", "final", "aborted", "error"]
+TERMINAL_STATES: frozenset[str] = frozenset({"final", "aborted", "error"})
+
+FrameCallback = Callable[[str, dict[str, Any]], None]
+ToolEventCallback = Callable[[str, dict[str, Any]], None]
+
+#: Incoming frames may be large (chat histories); the gateway is a trusted peer.
+MAX_INCOMING_FRAME_BYTES = 64 * 1024 * 1024
+#: How long closing a connection may wait for the peer's close frame.
+CLOSE_TIMEOUT = 2.0
+#: Chat events of runs nobody is watching (yet) are kept briefly: a ``chat.send`` ack whose runId
+#: differs from the idempotency key may arrive after the run's first events.
+UNCLAIMED_EVENTS_KEPT = 256
+#: The ``chat.abort`` sent after a chat timeout waits at most this long for its answer.
+ABORT_TIMEOUT = 5.0
+#: Close code the client uses when its tick watchdog drops a silent connection.
+CLOSE_TICK_TIMEOUT = 4000
+
+LOST_MESSAGE = "the gateway connection was lost; the run may still finish on the gateway"
+
+
+class GatewayUnavailable(Exception):
+    """No usable gateway connection: never connected, connection lost, gave up reconnecting, or a
+    request timed out. The work may or may not have been carried out by the gateway."""
+
+
+@dataclass(frozen=True)
+class ChatUpdate:
+    """One ``chat`` event of a run, with the text accumulated so far."""
+
+    state: ChatState
+    run_id: str
+    text: str
+    """Cumulative assistant text so far (for ``final``: the whole reply)."""
+    delta: str = ""
+    """Text this update added (with ``replaced``: the text that replaced everything before)."""
+    error: str | None = None
+    """``errorMessage`` for ``error``; the reason for ``aborted``."""
+    error_kind: str | None = None
+    stop_reason: str | None = None
+    usage: Any = None
+    replaced: bool = False
+    """The text was replaced rather than extended (v4 ``replace:true``, or a v3 snapshot that does
+    not continue the previous one)."""
+    seq: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class ChatAccumulator:
+    """Turns one run's ``chat`` event payloads into :class:`ChatUpdate` values.
+
+    Understands v3 cumulative ``message`` snapshots and v4 ``deltaText`` (appended, or replacing
+    the text with ``replace:true``); when a v4 event also carries a snapshot, the snapshot wins for
+    ``text`` (it repairs missed events). Duplicate non-terminal events (a ``seq`` not above the last
+    one) are dropped; gaps are tolerated.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.text = ""
+        self.last_seq: int | None = None
+        self.done = False
+
+    def apply(self, payload: dict[str, Any]) -> ChatUpdate | None:
+        """The update for one event payload, or ``None`` for events that carry no update
+        (``status`` phases, unknown states, duplicates, anything after the terminal event)."""
+        if self.done:
+            return None
+        state = payload.get("state")
+        seq = payload.get("seq")
+        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        if state not in ("delta", "final", "aborted", "error"):
+            log.debug("run %s: ignoring chat event with state %r", self.run_id, state)
+            return None
+        if state == "delta" and seq is not None and self.last_seq is not None and seq <= self.last_seq:
+            log.debug("run %s: dropping duplicate chat delta seq=%s", self.run_id, seq)
+            return None
+        if seq is not None:
+            self.last_seq = seq if self.last_seq is None else max(seq, self.last_seq)
+        if state == "delta":
+            return self._delta(payload, seq)
+        self.done = True
+        return self._terminal(state, payload, seq)
+
+    def _snapshot(self, payload: dict[str, Any]) -> str | None:
+        if "message" not in payload or payload.get("message") is None:
+            return None
+        return message_text(payload.get("message"))
+
+    def _delta(self, payload: dict[str, Any], seq: int | None) -> ChatUpdate:
+        previous = self.text
+        snapshot = self._snapshot(payload)
+        delta_text = payload.get("deltaText")
+        replaced = False
+        if isinstance(delta_text, str):
+            if payload.get("replace") is True:
+                self.text, delta, replaced = delta_text, delta_text, True
+            else:
+                self.text, delta = previous + delta_text, delta_text
+            if snapshot and snapshot != self.text:
+                log.debug("run %s: deltaText disagrees with the snapshot; using the snapshot", self.run_id)
+                self.text = snapshot
+        elif snapshot is not None:
+            if snapshot.startswith(previous):
+                delta = snapshot[len(previous) :]
+            else:
+                delta, replaced = snapshot, True
+            self.text = snapshot
+        else:
+            delta = ""
+        usage = payload.get("usage")
+        return ChatUpdate("delta", self.run_id, self.text, delta, usage=usage, replaced=replaced, seq=seq)
+
+    def _terminal(self, state: str, payload: dict[str, Any], seq: int | None) -> ChatUpdate:
+        previous = self.text
+        snapshot = self._snapshot(payload)
+        if snapshot:
+            self.text = snapshot
+        delta = self.text[len(previous) :] if self.text.startswith(previous) else self.text
+        replaced = not self.text.startswith(previous)
+        stop_reason = _opt_str(payload.get("stopReason"))
+        error_message = _opt_str(payload.get("errorMessage"))
+        if state == "final":
+            return ChatUpdate(
+                "final",
+                self.run_id,
+                self.text,
+                delta,
+                stop_reason=stop_reason,
+                usage=payload.get("usage"),
+                replaced=replaced,
+                seq=seq,
+            )
+        if state == "aborted":
+            reason = error_message or (f"aborted ({stop_reason})" if stop_reason else "aborted")
+            return ChatUpdate(
+                "aborted", self.run_id, self.text, delta, error=reason, stop_reason=stop_reason, seq=seq
+            )
+        return ChatUpdate(
+            "error",
+            self.run_id,
+            self.text,
+            delta,
+            error=error_message or "the gateway reported an error without a message",
+            error_kind=_opt_str(payload.get("errorKind")),
+            stop_reason=stop_reason,
+            usage=payload.get("usage"),
+            seq=seq,
+        )
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def redact_frame(frame: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a frame fit for logs: ``connect``'s ``auth`` secrets replaced by ``***``."""
+    params = frame.get("params")
+    if not (isinstance(params, dict) and isinstance(params.get("auth"), dict)):
+        return frame
+    clean = copy.deepcopy(frame)
+    clean["params"]["auth"] = {key: "***" for key in clean["params"]["auth"]}
+    return clean
+
+
+def _safe_url(url: str) -> str:
+    """The URL without credentials or query, for logs."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+    except ValueError:
+        return "<invalid gateway url>"
+
+
+def _close_description(exc: ConnectionClosed) -> str:
+    frame = exc.rcvd or exc.sent
+    if frame is None:
+        return "connection closed without a close frame"
+    return f"closed with code {frame.code}{f' ({frame.reason})' if frame.reason else ''}"
+
+
+@dataclass(eq=False)
+class _RunWatch:
+    """An in-flight :meth:`GatewayClient.chat`: the run ids it answers to and its event queue."""
+
+    session_key: str
+    run_ids: set[str]
+    queue: asyncio.Queue[dict[str, Any] | BaseException] = field(default_factory=asyncio.Queue)
+
+    def accepts(self, payload: dict[str, Any]) -> bool:
+        key = payload.get("sessionKey")
+        if not isinstance(key, str) or not key:
+            return True
+        if key.lower() == self.session_key:
+            return True
+        return parse_session_key(key) == parse_session_key(self.session_key)
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One open, handshaken connection and what is in flight on it."""
+
+    ws: ClientConnection
+    hello: dict[str, Any]
+    protocol: int
+    tick_interval: float
+    last_frame_at: float
+    pending: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
+    runs: dict[str, _RunWatch] = field(default_factory=dict)
+    unclaimed: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=UNCLAIMED_EVENTS_KEPT))
+    reader: asyncio.Task[None] | None = None
+    watchdog: asyncio.Task[None] | None = None
+    drop_reason: str | None = None
+    dropping: bool = False
+    last_seq: int | None = None
+    lost: GatewayUnavailable | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.lost is None
+
+
+class GatewayClient:
+    """An operator connection to an OpenClaw gateway (see the module docstring for the lifecycle)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        request_timeout: float = 30.0,
+        max_reconnects: int = 10,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        client_id: str = "gateway-client",
+        client_mode: str = "backend",
+        on_frame: FrameCallback | None = None,
+        min_protocol: int = MIN_PROTOCOL_VERSION,
+        max_protocol: int = PROTOCOL_VERSION,
+    ) -> None:
+        self.url = url
+        self._token = token
+        self.request_timeout = request_timeout
+        self.max_reconnects = max(0, max_reconnects)
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.client_id = client_id
+        self.client_mode = client_mode
+        self.min_protocol = min_protocol
+        self.max_protocol = max_protocol
+        self.on_frame = on_frame
+        self._conn: _Connection | None = None
+        self._manager: asyncio.Task[None] | None = None
+        self._up = asyncio.Event()
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+        self._hello: dict[str, Any] | None = None
+        self._protocol: int | None = None
+        self._tool_listeners: list[tuple[Callable[[str], bool], ToolEventCallback]] = []
+        self.last_error: BaseException | None = None
+        """Why the last connection attempt or cycle failed (``None`` while all is well)."""
+        self.connects = 0
+        """Successful handshakes so far (the first connect and every reconnect)."""
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._conn.open
+
+    @property
+    def protocol(self) -> int | None:
+        """The negotiated protocol version of the current (or last) connection."""
+        return self._protocol
+
+    @property
+    def hello(self) -> dict[str, Any] | None:
+        """The ``hello-ok`` payload of the current (or last) connection."""
+        return self._hello
+
+    @property
+    def tick_interval(self) -> float | None:
+        """``policy.tickIntervalMs`` of the current connection, in seconds."""
+        return self._conn.tick_interval if self._conn is not None else None
+
+    def backoff_delay(self, attempt: int) -> float:
+        """Seconds to wait before reconnect attempt ``attempt`` (1-based): 1, 2, 4, … capped."""
+        return float(min(self.backoff_max, self.backoff_initial * 2 ** max(0, attempt - 1)))
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect (one attempt) and return once ``hello-ok`` arrived; see the module docstring.
+
+        Returns at once when already connected; while a reconnect cycle is under way, waits for its
+        outcome. Raises :class:`GatewayUnavailable` or :class:`GatewayError`.
+        """
+        self._closed = False
+        async with self._start_lock:
+            if self.connected:
+                return
+            manager = self._manager
+            if manager is not None and not manager.done():
+                await self._wait_for_cycle(None)
+                return
+            try:
+                conn = await self._open()
+            except (GatewayError, GatewayUnavailable) as exc:
+                self.last_error = exc
+                raise
+            if self._closed:  # close() ran while we were connecting
+                await self._shutdown(conn, GatewayUnavailable("the gateway client was closed"))
+                raise GatewayUnavailable("the gateway client was closed")
+            self._manager = asyncio.create_task(self._manage(conn), name="gateway-client-manager")
+
+    async def close(self) -> None:
+        """Close the connection, stop reconnecting and fail whatever is in flight."""
+        self._closed = True
+        manager, self._manager = self._manager, None
+        if manager is not None and not manager.done():
+            manager.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await manager
+        conn = self._conn
+        if conn is not None:
+            await self._shutdown(conn, GatewayUnavailable("the gateway client was closed"))
+
+    async def __aenter__(self) -> GatewayClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send a request and return its ``payload``.
+
+        Raises :class:`GatewayError` on ``ok:false`` and :class:`GatewayUnavailable` when there is
+        no connection, it is lost before the answer, or no answer comes within ``timeout`` seconds
+        (default ``request_timeout``).
+        """
+        limit = self.request_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        conn = await self._ensure_connected(deadline)
+        return await self._request_on(conn, method, params, max(0.0, deadline - loop.time()), limit)
+
+    async def abort(self, session_key: str, run_id: str | None = None) -> Any:
+        """``chat.abort`` one run (or every run of the session when ``run_id`` is ``None``)."""
+        params: dict[str, Any] = {"sessionKey": session_key.lower()}
+        if run_id:
+            params["runId"] = run_id
+        return await self.request("chat.abort", params)
+
+    async def chat(
+        self,
+        session_key: str,
+        message: str,
+        idempotency_key: str,
+        *,
+        timeout: float,
+        on_tool: ToolEventCallback | None = None,
+    ) -> AsyncIterator[ChatUpdate]:
+        """Send ``chat.send`` and yield an update per ``chat`` event of the run.
+
+        The run id is the ack's ``runId`` (normally the idempotency key). Yields until the terminal
+        update (``final``, ``aborted`` or ``error``), which is yielded last. Raises
+        :class:`GatewayUnavailable` if the connection is lost mid-run (or the ack does not come),
+        :class:`GatewayError` if the gateway refuses the send, and :class:`TimeoutError` when no
+        terminal event arrives within ``timeout`` seconds (after sending ``chat.abort``).
+        ``on_tool(run_id, payload)`` sees the run's ``agent`` events of stream ``tool``.
+        Leaving the loop early stops watching the run but does not abort it (use :meth:`abort`).
+        """
+        key = session_key.lower()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        conn = await self._ensure_connected(min(deadline, loop.time() + self.request_timeout))
+        watch = _RunWatch(key, {idempotency_key})
+        self._watch(conn, watch, idempotency_key)
+        listener: tuple[Callable[[str], bool], ToolEventCallback] | None = None
+        if on_tool is not None:
+            listener = (lambda run_id: run_id in watch.run_ids, on_tool)
+            self._tool_listeners.append(listener)
+        run_id = idempotency_key
+        try:
+            params = {"sessionKey": key, "message": message, "idempotencyKey": idempotency_key}
+            ack_timeout = max(0.0, min(self.request_timeout, deadline - loop.time()))
+            ack = await self._request_on(conn, "chat.send", params, ack_timeout, ack_timeout)
+            if isinstance(ack, dict) and ack.get("status") not in (None, "started"):
+                log.info("chat.send for %s answered status %r", idempotency_key, ack.get("status"))
+            if isinstance(ack, dict) and isinstance(ack.get("runId"), str) and ack["runId"]:
+                run_id = ack["runId"]
+                if run_id != idempotency_key:
+                    self._watch(conn, watch, run_id)
+            accumulator = ChatAccumulator(run_id)
+            while True:
+                remaining = deadline - loop.time()
+                try:
+                    if remaining <= 0:
+                        raise TimeoutError
+                    item = await asyncio.wait_for(watch.queue.get(), remaining)
+                except TimeoutError:
+                    await self._abort_after_timeout(conn, key, run_id)
+                    raise TimeoutError(
+                        f"gateway run {run_id} did not finish within {timeout:g}s; sent chat.abort"
+                    ) from None
+                if isinstance(item, BaseException):
+                    raise item
+                update = accumulator.apply(item)
+                if update is None:
+                    continue
+                yield update
+                if update.terminal:
+                    return
+        finally:
+            for rid in watch.run_ids:
+                if conn.runs.get(rid) is watch:
+                    del conn.runs[rid]
+            if listener is not None:
+                with contextlib.suppress(ValueError):
+                    self._tool_listeners.remove(listener)
+
+    def on_tool_event(self, callback: ToolEventCallback, run_id: str | None = None) -> Callable[[], None]:
+        """Call ``callback(run_id, payload)`` for every ``agent`` event of stream ``tool`` (of one
+        run, or of all runs). Returns a function that removes the listener."""
+        listener: tuple[Callable[[str], bool], ToolEventCallback] = (
+            (lambda rid: True) if run_id is None else (lambda rid: rid == run_id),
+            callback,
+        )
+        self._tool_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._tool_listeners.remove(listener)
+
+        return remove
+
+    # -- internals: requests -------------------------------------------------------------------
+
+    async def _ensure_connected(self, deadline: float) -> _Connection:
+        if self._closed:
+            raise GatewayUnavailable("the gateway client is closed")
+        conn = self._conn
+        if conn is not None and conn.open:
+            return conn
+        manager = self._manager
+        if manager is None or manager.done():
+            await self.start()
+        else:
+            await self._wait_for_cycle(deadline)
+        conn = self._conn
+        if conn is None or not conn.open:
+            raise GatewayUnavailable("not connected to the gateway")
+        return conn
+
+    async def _wait_for_cycle(self, deadline: float | None) -> None:
+        """Wait until a reconnect cycle connects (return) or ends (raise its error)."""
+        manager = self._manager
+        loop = asyncio.get_running_loop()
+        while not self.connected:
+            if manager is None or manager.done():
+                error = self.last_error
+                if isinstance(error, GatewayError | GatewayUnavailable):
+                    raise error
+                raise GatewayUnavailable("not connected to the gateway")
+            timeout = None if deadline is None else deadline - loop.time()
+            if timeout is not None and timeout <= 0:
+                raise GatewayUnavailable("not connected to the gateway (still reconnecting)")
+            up = asyncio.ensure_future(self._up.wait())
+            try:
+                await asyncio.wait({up, manager}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                up.cancel()
+
+    async def _request_on(
+        self, conn: _Connection, method: str, params: dict[str, Any] | None, timeout: float, limit: float
+    ) -> Any:
+        if not conn.open:
+            raise conn.lost or GatewayUnavailable(LOST_MESSAGE)
+        request_id = str(uuid.uuid4())
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        conn.pending[request_id] = future
+        try:
+            await self._send(conn.ws, request_frame(request_id, method, params))
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise GatewayUnavailable(f"the gateway did not answer {method} within {limit:g}s") from None
+        except ConnectionClosed as exc:
+            raise GatewayUnavailable(f"{LOST_MESSAGE} ({_close_description(exc)})") from exc
+        finally:
+            conn.pending.pop(request_id, None)
+
+    async def _abort_after_timeout(self, conn: _Connection, session_key: str, run_id: str) -> None:
+        timeout = min(self.request_timeout, ABORT_TIMEOUT)
+        try:
+            await self._request_on(
+                conn, "chat.abort", {"sessionKey": session_key, "runId": run_id}, timeout, timeout
+            )
+        except (GatewayError, GatewayUnavailable) as exc:
+            log.warning("chat.abort for timed-out run %s failed: %s", run_id, exc)
+
+    async def _send(self, ws: ClientConnection, frame: dict[str, Any]) -> None:
+        self._emit("out", frame)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("gateway <- %s", encode(redact_frame(frame))[:500])
+        await ws.send(encode(frame))
+
+    def _emit(self, direction: str, frame: dict[str, Any]) -> None:
+        if self.on_frame is None:
+            return
+        try:
+            self.on_frame(direction, frame)
+        except Exception:
+            log.exception("on_frame callback failed")
+
+    def _watch(self, conn: _Connection, watch: _RunWatch, run_id: str) -> None:
+        """Route ``run_id``'s chat events to ``watch`` (and hand it those that came early)."""
+        watch.run_ids.add(run_id)
+        conn.runs[run_id] = watch
+        if not conn.unclaimed:
+            return
+        keep: deque[dict[str, Any]] = deque(maxlen=UNCLAIMED_EVENTS_KEPT)
+        for payload in conn.unclaimed:
+            if payload.get("runId") == run_id and watch.accepts(payload):
+                watch.queue.put_nowait(payload)
+            else:
+                keep.append(payload)
+        conn.unclaimed = keep
+
+    # -- internals: connecting -----------------------------------------------------------------
+
+    def _connect_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "minProtocol": self.min_protocol,
+            "maxProtocol": self.max_protocol,
+            "client": {
+                "id": self.client_id,
+                "displayName": "clawlet",
+                "version": __version__,
+                "platform": sys.platform,
+                "mode": self.client_mode,
+            },
+            "role": "operator",
+            "scopes": list(OPERATOR_SCOPES),
+            "caps": [CAP_TOOL_EVENTS],
+        }
+        if self._token:
+            params["auth"] = {"token": self._token}
+        return params
+
+    async def _open(self) -> _Connection:
+        """One connection attempt: socket, challenge, ``connect``, ``hello-ok``."""
+        where = _safe_url(self.url)
+        try:
+            ws = await connect(
+                self.url,
+                open_timeout=self.request_timeout,
+                close_timeout=CLOSE_TIMEOUT,
+                max_size=MAX_INCOMING_FRAME_BYTES,
+                logger=_ws_log,
+            )
+        except InvalidURI as exc:
+            raise GatewayUnavailable(f"invalid gateway URL {where!r}: {exc}") from exc
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise GatewayUnavailable(f"cannot connect to the gateway at {where}: {exc}") from exc
+        try:
+            hello = await asyncio.wait_for(self._handshake(ws), self.request_timeout)
+            protocol = self._negotiated(hello)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await ws.close()
+            if isinstance(exc, TimeoutError):
+                raise GatewayUnavailable(
+                    f"the gateway at {where} did not complete the handshake within {self.request_timeout:g}s"
+                ) from exc
+            if isinstance(exc, ConnectionClosed):
+                raise GatewayUnavailable(
+                    f"the gateway at {where} closed the connection during the handshake"
+                    f" ({_close_description(exc)})"
+                ) from exc
+            raise
+        policy = hello.get("policy")
+        tick_ms = policy.get("tickIntervalMs") if isinstance(policy, dict) else None
+        if not isinstance(tick_ms, int | float) or isinstance(tick_ms, bool) or tick_ms <= 0:
+            tick_ms = DEFAULT_TICK_INTERVAL_MS
+        loop = asyncio.get_running_loop()
+        conn = _Connection(ws, hello, protocol, tick_ms / 1000.0, loop.time())
+        self._conn = conn
+        self._hello = hello
+        self._protocol = protocol
+        self.last_error = None
+        self.connects += 1
+        conn.reader = asyncio.create_task(self._read(conn), name="gateway-client-reader")
+        conn.watchdog = asyncio.create_task(self._watchdog(conn), name="gateway-client-watchdog")
+        self._up.set()
+        log.info("connected to the OpenClaw gateway at %s (protocol %d)", where, protocol)
+        return conn
+
+    async def _handshake(self, ws: ClientConnection) -> dict[str, Any]:
+        while True:  # the gateway speaks first
+            frame = await self._recv_frame(ws)
+            if frame is not None and frame.get("type") == "event" and frame.get("event") == EVENT_CHALLENGE:
+                break
+        request_id = str(uuid.uuid4())
+        await self._send(ws, request_frame(request_id, "connect", self._connect_params()))
+        while True:
+            frame = await self._recv_frame(ws)
+            if frame is None or frame.get("type") != "res" or frame.get("id") != request_id:
+                continue
+            if frame.get("ok") is False or ("ok" not in frame and "error" in frame):
+                raise GatewayError.from_error_shape(frame.get("error"))
+            payload = frame.get("payload")
+            return payload if isinstance(payload, dict) else {}
+
+    async def _recv_frame(self, ws: ClientConnection) -> dict[str, Any] | None:
+        raw = await ws.recv()
+        try:
+            frame = decode(raw)
+        except FrameError as exc:
+            log.warning("ignoring a bad frame from the gateway: %s", exc)
+            return None
+        self._emit("in", frame)
+        return frame
+
+    def _negotiated(self, hello: dict[str, Any]) -> int:
+        protocol = hello.get("protocol")
+        if not isinstance(protocol, int) or isinstance(protocol, bool):
+            log.warning("hello-ok without a protocol version; assuming %d", self.min_protocol)
+            return self.min_protocol
+        if not self.min_protocol <= protocol <= self.max_protocol:
+            raise GatewayError(
+                INVALID_REQUEST,
+                f"the gateway chose protocol {protocol};"
+                f" clawlet speaks {self.min_protocol}..{self.max_protocol}",
+                {"code": DETAIL_PROTOCOL_MISMATCH, "protocol": protocol},
+            )
+        return protocol
+
+    async def _manage(self, conn: _Connection) -> None:
+        """Keep the connection up: wait for it to end, then reconnect with backoff."""
+        current: _Connection | None = conn
+        try:
+            while current is not None:
+                if current.reader is not None:
+                    await asyncio.wait({current.reader})
+                if self._closed:
+                    return
+                self.last_error = current.lost  # the connection dropped: say so until it is back
+                current = await self._reconnect()
+        except Exception as exc:  # a bug, not a network failure: stop, and say why
+            log.exception("the gateway connection manager failed")
+            self.last_error = GatewayUnavailable(f"the gateway connection manager failed: {exc}")
+
+    async def _reconnect(self) -> _Connection | None:
+        last: BaseException | None = None
+        for attempt in range(1, self.max_reconnects + 1):
+            delay = self.backoff_delay(attempt)
+            log.info(
+                "reconnecting to the gateway in %.2fs (attempt %d/%d)", delay, attempt, self.max_reconnects
+            )
+            await asyncio.sleep(delay)
+            if self._closed:
+                return None
+            try:
+                return await self._open()
+            except GatewayError as exc:
+                if not exc.retryable:
+                    log.error("the gateway refused the connection: %s; not reconnecting", exc)
+                    self.last_error = exc
+                    return None
+                last = exc
+            except GatewayUnavailable as exc:
+                last = exc
+            self.last_error = last
+            log.warning("gateway reconnect attempt %d/%d failed: %s", attempt, self.max_reconnects, last)
+        self.last_error = GatewayUnavailable(
+            f"gave up reconnecting to the gateway after {self.max_reconnects} attempts"
+            + (f": {last}" if last is not None else "")
+        )
+        log.error("%s", self.last_error)
+        return None
+
+    # -- internals: the open connection --------------------------------------------------------
+
+    async def _read(self, conn: _Connection) -> None:
+        reason = "connection closed"
+        try:
+            while True:
+                raw = await conn.ws.recv()
+                conn.last_frame_at = asyncio.get_running_loop().time()
+                try:
+                    self._dispatch(conn, raw)
+                except Exception:
+                    log.exception("failed to handle a gateway frame; ignoring it")
+        except ConnectionClosed as exc:
+            reason = conn.drop_reason or _close_description(exc)
+        except Exception as exc:  # the reader must end cleanly whatever happens
+            log.exception("gateway reader failed")
+            reason = f"reader failed: {exc}"
+        finally:
+            self._lost(conn, GatewayUnavailable(f"{LOST_MESSAGE} ({reason})"))
+
+    def _dispatch(self, conn: _Connection, raw: str | bytes) -> None:
+        try:
+            frame = decode(raw)
+        except FrameError as exc:
+            log.warning("ignoring a bad frame from the gateway: %s", exc)
+            return
+        self._emit("in", frame)
+        kind = frame.get("type")
+        if kind == "res":
+            self._on_response(conn, frame)
+        elif kind == "event":
+            self._on_event(conn, frame)
+        else:
+            log.debug("ignoring a %s frame from the gateway", kind)
+
+    def _on_response(self, conn: _Connection, frame: dict[str, Any]) -> None:
+        future = conn.pending.get(str(frame.get("id")))
+        if future is None or future.done():
+            log.debug("response to an unknown or finished request %r", frame.get("id"))
+            return
+        if frame.get("ok") is False or ("ok" not in frame and "error" in frame):
+            future.set_exception(GatewayError.from_error_shape(frame.get("error")))
+        else:
+            future.set_result(frame.get("payload"))
+
+    def _on_event(self, conn: _Connection, frame: dict[str, Any]) -> None:
+        seq = frame.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            if conn.last_seq is not None and seq != conn.last_seq + 1:
+                log.debug("gateway event seq jumped from %d to %d", conn.last_seq, seq)
+            conn.last_seq = seq
+        name = frame.get("event")
+        payload = frame.get("payload")
+        if name == EVENT_CHAT:
+            self._on_chat(conn, payload)
+        elif name == EVENT_AGENT:
+            self._on_agent(payload)
+        elif name == EVENT_SHUTDOWN:
+            log.info("the gateway is shutting down: %s", payload)
+        elif name not in (EVENT_TICK, EVENT_CHALLENGE):
+            log.debug("ignoring gateway event %r", name)
+
+    def _on_chat(self, conn: _Connection, payload: Any) -> None:
+        if not isinstance(payload, dict) or not isinstance(payload.get("runId"), str):
+            log.debug("ignoring a chat event without a runId")
+            return
+        watch = conn.runs.get(payload["runId"])
+        if watch is not None and watch.accepts(payload):
+            watch.queue.put_nowait(payload)
+        else:
+            conn.unclaimed.append(payload)
+
+    def _on_agent(self, payload: Any) -> None:
+        if not isinstance(payload, dict) or payload.get("stream") != "tool":
+            return
+        run_id = payload.get("runId")
+        if not isinstance(run_id, str):
+            return
+        for matches, callback in list(self._tool_listeners):
+            if matches(run_id):
+                try:
+                    callback(run_id, payload)
+                except Exception:
+                    log.exception("tool event callback failed")
+
+    async def _watchdog(self, conn: _Connection) -> None:
+        """Drop the connection when no frame arrived for twice the tick interval."""
+        loop = asyncio.get_running_loop()
+        limit = 2 * conn.tick_interval
+        while conn.open:
+            delay = conn.last_frame_at + limit - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            conn.drop_reason = f"no frame from the gateway for {limit:g}s (tick watchdog)"
+            conn.dropping = True
+            log.warning("%s; dropping the connection", conn.drop_reason)
+            with contextlib.suppress(Exception):
+                await conn.ws.close(CLOSE_TICK_TIMEOUT, "tick timeout")
+            return
+
+    def _lost(self, conn: _Connection, error: GatewayUnavailable) -> None:
+        """Mark ``conn`` lost and fail everything in flight on it (idempotent)."""
+        if conn.lost is not None:
+            return
+        conn.lost = error
+        if self._conn is conn:
+            self._conn = None
+            self._up.clear()
+        if not self._closed:
+            log.warning("%s", error)
+        for future in conn.pending.values():
+            if not future.done():
+                future.set_exception(error)
+        for watch in set(conn.runs.values()):
+            watch.queue.put_nowait(error)
+        conn.unclaimed.clear()
+        watchdog = conn.watchdog
+        if watchdog is not None and not conn.dropping and watchdog is not asyncio.current_task():
+            watchdog.cancel()  # a watchdog that is closing the socket finishes on its own
+
+    async def _shutdown(self, conn: _Connection, error: GatewayUnavailable) -> None:
+        self._lost(conn, error)
+        with contextlib.suppress(Exception):
+            await conn.ws.close()
+        tasks = [task for task in (conn.reader, conn.watchdog) if task is not None]
+        for task in tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

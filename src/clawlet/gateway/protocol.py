@@ -1,0 +1,233 @@
+"""The OpenClaw Gateway WebSocket protocol: constants, frames, errors and session keys.
+
+Shared by clawlet's gateway client (``gateway.client``, driving a real OpenClaw gateway) and
+clawlet's gateway server (``gateway.server``, letting OpenClaw clients drive clawlet's agents).
+
+Three JSON text frame types (see ``shared/design/PROTOCOLS.md`` §1)::
+
+    req   {type:"req",   id, method, params?}
+    res   {type:"res",   id, ok, payload?, error?: {code, message, details?, retryable?, retryAfterMs?}}
+    event {type:"event", event, payload?, seq?}
+
+What we send is built strictly (it validates against ``@openclaw/gateway-protocol``'s JSON Schema);
+what we receive is parsed leniently, because real servers add fields.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL_VERSION = 4
+"""The newest protocol version clawlet speaks (current OpenClaw's)."""
+MIN_PROTOCOL_VERSION = 3
+"""The oldest version clawlet speaks (the inbox seed's)."""
+
+MAX_PRECONNECT_FRAME_BYTES = 64 * 1024
+"""Frames before a successful ``connect`` are refused past this size."""
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+"""``policy.maxPayload`` clawlet's server announces and enforces after ``connect``."""
+
+DEFAULT_TICK_INTERVAL_MS = 30_000
+
+SCOPE_READ = "operator.read"
+SCOPE_WRITE = "operator.write"
+SCOPE_ADMIN = "operator.admin"
+OPERATOR_SCOPES = (SCOPE_READ, SCOPE_WRITE)
+
+CAP_TOOL_EVENTS = "tool-events"
+
+#: ``client.id`` and ``client.mode`` are closed sets in the protocol schema.
+CLIENT_IDS = frozenset(
+    {
+        "webchat-ui",
+        "openclaw-control-ui",
+        "openclaw-browser-copilot",
+        "openclaw-tui",
+        "webchat",
+        "cli",
+        "gateway-client",
+        "openclaw-macos",
+        "openclaw-linux",
+        "openclaw-ios",
+        "openclaw-watchos",
+        "openclaw-android",
+        "node-host",
+        "openclaw-worker",
+        "test",
+        "fingerprint",
+        "openclaw-probe",
+    }
+)
+CLIENT_MODES = frozenset({"webchat", "cli", "ui", "backend", "node", "worker", "probe", "test"})
+
+# -- error codes (``error.code``) and detail codes (``error.details.code``) ---------------------
+INVALID_REQUEST = "INVALID_REQUEST"
+FORBIDDEN = "FORBIDDEN"
+UNAVAILABLE = "UNAVAILABLE"
+NOT_PAIRED = "NOT_PAIRED"
+DETAIL_PROTOCOL_MISMATCH = "PROTOCOL_MISMATCH"
+DETAIL_AUTH_TOKEN_MISMATCH = "AUTH_TOKEN_MISMATCH"  # noqa: S105 (an error code)
+DETAIL_AUTH_TOKEN_MISSING = "AUTH_TOKEN_MISSING"  # noqa: S105 (an error code)
+DETAIL_MISSING_SCOPE = "MISSING_SCOPE"
+DETAIL_UNKNOWN_AGENT_ID = "UNKNOWN_AGENT_ID"
+
+EVENT_CHALLENGE = "connect.challenge"
+EVENT_TICK = "tick"
+EVENT_CHAT = "chat"
+EVENT_AGENT = "agent"
+EVENT_SHUTDOWN = "shutdown"
+
+MAIN_SESSION_SUFFIX = "main"
+DEFAULT_AGENT_ID = "main"
+
+
+class FrameError(ValueError):
+    """A frame that is not valid JSON or not one of the three frame types."""
+
+
+@dataclass
+class GatewayError(Exception):
+    """An ``ok:false`` response (or a local failure shaped like one)."""
+
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+    retryable: bool | None = None
+
+    def __str__(self) -> str:
+        detail = (self.details or {}).get("code")
+        return f"{self.code}{f'/{detail}' if detail else ''}: {self.message}"
+
+    @classmethod
+    def from_error_shape(cls, shape: Any) -> GatewayError:
+        if not isinstance(shape, dict):
+            return cls(UNAVAILABLE, "the gateway answered ok:false without an error")
+        details = shape.get("details")
+        retryable = shape.get("retryable")
+        return cls(
+            str(shape.get("code") or UNAVAILABLE),
+            str(shape.get("message") or "gateway request failed"),
+            details if isinstance(details, dict) else None,
+            retryable if isinstance(retryable, bool) else None,
+        )
+
+    def shape(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message or self.code}
+        if self.details is not None:
+            error["details"] = self.details
+        if self.retryable is not None:
+            error["retryable"] = self.retryable
+        return error
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- frames --------------------------------------------------------------------------------------
+
+
+def request_frame(request_id: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "req", "id": request_id, "method": method}
+    if params is not None:
+        frame["params"] = params
+    return frame
+
+
+def response_ok(request_id: str, payload: Any = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "res", "id": request_id, "ok": True}
+    if payload is not None:
+        frame["payload"] = payload
+    return frame
+
+
+def response_error(request_id: str, error: GatewayError) -> dict[str, Any]:
+    return {"type": "res", "id": request_id or "unknown", "ok": False, "error": error.shape()}
+
+
+def event_frame(event: str, payload: Any = None, seq: int | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "event", "event": event}
+    if payload is not None:
+        frame["payload"] = payload
+    if seq is not None:
+        frame["seq"] = seq
+    return frame
+
+
+def encode(frame: dict[str, Any]) -> str:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(text: str | bytes) -> dict[str, Any]:
+    """Parse one frame leniently: any JSON object whose ``type`` is req, res or event."""
+    try:
+        frame = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FrameError(f"frame is not valid JSON: {exc}") from exc
+    if not isinstance(frame, dict):
+        raise FrameError("frame must be a JSON object")
+    kind = frame.get("type")
+    if kind not in ("req", "res", "event"):
+        raise FrameError(f"unknown frame type {kind!r} (expected req, res or event)")
+    return frame
+
+
+# -- session keys --------------------------------------------------------------------------------
+
+
+def session_key(agent_id: str, name: str = MAIN_SESSION_SUFFIX) -> str:
+    """``agent:<agentId>:<name>``, lower-cased: the gateway lower-cases keys, so build them so."""
+    return f"agent:{agent_id}:{name}".lower()
+
+
+def parse_session_key(key: str) -> tuple[str, str]:
+    """``agent:<agentId>:<rest>`` → ``(agentId, rest)``; any other key belongs to the default agent."""
+    key = key.strip().lower()
+    parts = key.split(":", 2)
+    if len(parts) == 3 and parts[0] == "agent" and parts[1] and parts[2]:
+        return parts[1], parts[2]
+    return DEFAULT_AGENT_ID, key or MAIN_SESSION_SUFFIX
+
+
+# -- chat messages -------------------------------------------------------------------------------
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message in any shape servers send: a string, ``{content: str}``,
+    ``{content: [{type:"text", text}]}`` or ``{text}``."""
+    if message is None:
+        return ""
+    if isinstance(message, str):
+        return message
+    if isinstance(message, list):
+        return "".join(message_text(part) for part in message)
+    if isinstance(message, dict):
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, str):
+                    parts.append(part)
+                elif isinstance(part, dict) and part.get("type", "text") in ("text", "output_text"):
+                    text = part.get("text")
+                    if isinstance(text, str):
+                        parts.append(text)
+            return "".join(parts)
+        text = message.get("text")
+        if isinstance(text, str):
+            return text
+    return ""
+
+
+def assistant_message(text: str, timestamp: int | None = None) -> dict[str, Any]:
+    """The cumulative assistant snapshot a ``chat`` event carries."""
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "timestamp": timestamp if timestamp is not None else now_ms(),
+    }

@@ -1,0 +1,1166 @@
+"""clawlet as an OpenClaw gateway: OpenClaw operator clients drive clawlet's own agents.
+
+:class:`GatewayServer` speaks the Gateway WebSocket protocol (v3 and v4, see
+``shared/design/PROTOCOLS.md`` §1) over any :class:`Transport` (send text, receive text, close);
+``clawlet.gateway.asgi`` adapts Starlette/FastAPI WebSockets to it. One connection:
+
+1. the server sends ``connect.challenge``; the first client frame must be ``req connect``
+   (≤ 64 KiB). The highest common protocol version in [3, 4] is chosen; the token is checked
+   against ``settings.gateway_tokens`` (none configured: no token needed); the answer is
+   ``hello-ok`` and then a ``tick`` event every ``gateway_tick_interval_ms``;
+2. requests: ``chat.send``, ``chat.abort``, ``chat.history``, ``sessions.list``, ``agents.list``,
+   ``models.list`` and ``health``, each guarded by its operator scope;
+3. every run started with ``chat.send`` streams ``chat`` events (``delta`` with the cumulative
+   assistant text, then ``final``, ``aborted`` or ``error``) to every connection holding
+   ``operator.read``, and tool activity as ``agent`` events to those that asked for
+   ``caps:["tool-events"]``.
+
+A session key ``agent:<agentId>:<rest>`` names an agent (``main`` is the main clawlet home; any
+other agent that ``list_agents()`` knows is the named workspace of that id) and a transcript
+(``rest`` itself when it is a valid session id, else a stable hash of it). Runs belong to
+``SessionManager``, not to the connection: a client that disconnects never stops its run.
+Outgoing frames go through one queue per connection, so a slow or closed peer never blocks or
+breaks the run that broadcasts to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import inspect
+import ipaddress
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from clawlet import __version__
+from clawlet.config import Settings
+from clawlet.events import (
+    NewSegment,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    TextDelta,
+    ToolEnd,
+    ToolStart,
+    Usage,
+)
+from clawlet.gateway.protocol import (
+    CAP_TOOL_EVENTS,
+    CLIENT_IDS,
+    CLIENT_MODES,
+    DEFAULT_AGENT_ID,
+    DETAIL_AUTH_TOKEN_MISMATCH,
+    DETAIL_AUTH_TOKEN_MISSING,
+    DETAIL_MISSING_SCOPE,
+    DETAIL_PROTOCOL_MISMATCH,
+    DETAIL_UNKNOWN_AGENT_ID,
+    EVENT_AGENT,
+    EVENT_CHALLENGE,
+    EVENT_CHAT,
+    EVENT_SHUTDOWN,
+    EVENT_TICK,
+    FORBIDDEN,
+    INVALID_REQUEST,
+    MAIN_SESSION_SUFFIX,
+    MAX_FRAME_BYTES,
+    MAX_PRECONNECT_FRAME_BYTES,
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    SCOPE_ADMIN,
+    SCOPE_READ,
+    SCOPE_WRITE,
+    UNAVAILABLE,
+    FrameError,
+    GatewayError,
+    assistant_message,
+    decode,
+    encode,
+    event_frame,
+    now_ms,
+    parse_session_key,
+    response_error,
+    response_ok,
+)
+from clawlet.runtime.base import RuntimeError_
+from clawlet.runtime.manager import Run, SessionBusy
+from clawlet.services import InvalidWorkspace, Services, Workspaces
+from clawlet.sessions.store import (
+    InvalidSessionId,
+    SessionCorrupt,
+    SessionNotFound,
+    StoredMessage,
+    TranscriptStore,
+    validate_session_id,
+)
+
+log = logging.getLogger(__name__)
+
+AgentInfo = dict[str, Any]
+ModelEntry = dict[str, Any]
+AgentLister = Callable[[], list[AgentInfo] | Awaitable[list[AgentInfo]]]
+ModelLister = Callable[[], list[ModelEntry] | Awaitable[list[ModelEntry]]]
+
+ROLE_OPERATOR = "operator"
+KNOWN_SCOPES = (SCOPE_READ, SCOPE_WRITE, SCOPE_ADMIN)
+MAIN_SESSION_KEY = f"agent:{DEFAULT_AGENT_ID}:{MAIN_SESSION_SUFFIX}"
+SESSION_SCOPE = "per-sender"
+
+#: The scope each method needs (the values of the protocol schema's ``methods`` map).
+METHOD_SCOPES: dict[str, str] = {
+    "health": SCOPE_READ,
+    "chat.send": SCOPE_WRITE,
+    "chat.abort": SCOPE_WRITE,
+    "chat.history": SCOPE_READ,
+    "sessions.list": SCOPE_READ,
+    "agents.list": SCOPE_READ,
+    "models.list": SCOPE_READ,
+}
+SERVER_EVENTS = (EVENT_CHALLENGE, EVENT_TICK, EVENT_CHAT, EVENT_AGENT, EVENT_SHUTDOWN)
+
+MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+"""``policy.maxBufferedBytes``: a peer this far behind is dropped as a slow consumer."""
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
+DELTA_INTERVAL_SECONDS = 0.05
+"""Text deltas are coalesced to at most one ``delta`` event per run in this interval."""
+IDEMPOTENCY_MEMORY = 1024
+"""How many ``chat.send`` idempotency keys are remembered."""
+HISTORY_DEFAULT_LIMIT = 200
+HISTORY_MAX_LIMIT = 1000
+SESSIONS_DEFAULT_LIMIT = 200
+CLOSE_GRACE_SECONDS = 2.0
+
+CLOSE_NORMAL = 1000
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_RESTART = 1012
+
+
+class Transport(Protocol):
+    """One WebSocket as the gateway sees it."""
+
+    async def send_text(self, text: str) -> None:
+        """Send one text frame; raise if the peer is gone."""
+
+    async def receive_text(self) -> str | None:
+        """The next text frame, or None once the peer disconnected."""
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        """Close the socket (never raises when it is already closed)."""
+
+
+def is_loopback_host(host: str | None) -> bool:
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def stable_session_id(rest: str) -> str:
+    """A valid transcript id for a session key suffix that is not one already."""
+    return "gw-" + hashlib.sha256(rest.encode("utf-8")).hexdigest()[:32]
+
+
+def session_id_for(rest: str) -> str:
+    try:
+        return validate_session_id(rest)
+    except InvalidSessionId:
+        return stable_session_id(rest)
+
+
+def default_model_lister(settings: Settings) -> ModelLister:
+    def models() -> list[ModelEntry]:
+        from clawlet.llm.providers import ProviderConfigError, describe_model
+
+        try:
+            info = describe_model(settings)
+        except ProviderConfigError:
+            return []
+        return [{"id": info.name, "name": info.label, "provider": info.provider}]
+
+    return models
+
+
+def default_agent_lister() -> list[AgentInfo]:
+    return [{"id": DEFAULT_AGENT_ID, "name": DEFAULT_AGENT_ID}]
+
+
+async def call_lister(lister: Callable[[], Any]) -> list[dict[str, Any]]:
+    """Call a sync or async lister; anything but a list of objects counts as empty."""
+    result = lister()
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, list):
+        return []
+    return [item for item in result if isinstance(item, dict)]
+
+
+def _non_empty(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def agent_entry(raw: AgentInfo) -> AgentInfo | None:
+    """One ``agents.list`` row with only the fields (and types) the schema allows."""
+    agent_id = _non_empty(raw.get("id"))
+    if agent_id is None:
+        return None
+    entry: AgentInfo = {"id": agent_id.strip().lower()}
+    name = _non_empty(raw.get("name"))
+    if name:
+        entry["name"] = name
+    workspace = _non_empty(raw.get("workspace"))
+    if workspace:
+        entry["workspace"] = workspace
+    model = raw.get("model")
+    if _non_empty(model):
+        entry["model"] = {"primary": model}
+    elif isinstance(model, dict) and _non_empty(model.get("primary")):
+        shaped: dict[str, Any] = {"primary": model["primary"]}
+        fallbacks = model.get("fallbacks")
+        if isinstance(fallbacks, list) and all(_non_empty(item) for item in fallbacks):
+            shaped["fallbacks"] = list(fallbacks)
+        entry["model"] = shaped
+    return entry
+
+
+def model_entry(raw: ModelEntry) -> ModelEntry | None:
+    """One ``models.list`` row with only the fields (and types) the schema allows."""
+    model_id = _non_empty(raw.get("id"))
+    if model_id is None:
+        return None
+    entry: ModelEntry = {
+        "id": model_id,
+        "name": _non_empty(raw.get("name")) or model_id,
+        "provider": _non_empty(raw.get("provider")) or "clawlet",
+    }
+    alias = _non_empty(raw.get("alias"))
+    if alias:
+        entry["alias"] = alias
+    window = raw.get("contextWindow")
+    if isinstance(window, int) and not isinstance(window, bool) and window >= 1:
+        entry["contextWindow"] = window
+    for flag in ("reasoning", "available", "supportsTools"):
+        if isinstance(raw.get(flag), bool):
+            entry[flag] = raw[flag]
+    return entry
+
+
+# -- params --------------------------------------------------------------------------------------
+
+
+def _invalid(message: str, details: dict[str, Any] | None = None) -> GatewayError:
+    return GatewayError(INVALID_REQUEST, message, details)
+
+
+def param_str(
+    params: dict[str, Any], name: str, *, required: bool = True, max_length: int | None = None
+) -> str | None:
+    value = params.get(name)
+    if value is None:
+        if required:
+            raise _invalid(f"invalid params: {name} is required")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(f"invalid params: {name} must be a non-empty string")
+    if max_length is not None and len(value) > max_length:
+        raise _invalid(f"invalid params: {name} must be at most {max_length} characters")
+    return value
+
+
+def param_int(params: dict[str, Any], name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise _invalid(f"invalid params: {name} must be an integer ≥ {minimum}")
+    if maximum is not None and value > maximum:
+        raise _invalid(f"invalid params: {name} must be at most {maximum}")
+    return value
+
+
+def param_strings(params: dict[str, Any], name: str) -> list[str]:
+    value = params.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _invalid(f"invalid params: {name} must be an array of strings")
+    return list(value)
+
+
+# -- connections ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Close:
+    code: int
+    reason: str
+
+
+class Connection:
+    """One client: its negotiated protocol, scopes and caps, and its outgoing queue."""
+
+    def __init__(self, transport: Transport, remote: str, max_buffered: int) -> None:
+        self.transport = transport
+        self.remote = remote
+        self.conn_id = uuid.uuid4().hex
+        self.protocol = 0
+        self.scopes: frozenset[str] = frozenset()
+        self.caps: frozenset[str] = frozenset()
+        self.client: dict[str, Any] = {}
+        self.connected = False
+        self.closing = False
+        self.max_buffered = max_buffered
+        self._seq = 0
+        self._buffered = 0
+        self._queue: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._closer: asyncio.Task[None] | None = None
+
+    def can(self, scope: str) -> bool:
+        return SCOPE_ADMIN in self.scopes or scope in self.scopes
+
+    def start(self) -> None:
+        self._sender = asyncio.create_task(self._send_loop(), name=f"gateway-send-{self.conn_id}")
+
+    def start_ticks(self, interval_ms: int) -> None:
+        self._ticker = asyncio.create_task(
+            self._tick_loop(interval_ms / 1000), name=f"gateway-tick-{self.conn_id}"
+        )
+
+    def send(self, frame: dict[str, Any]) -> bool:
+        """Queue one frame; False (never an exception) when the connection is closing."""
+        if self.closing:
+            return False
+        try:
+            text = encode(frame)
+        except (TypeError, ValueError):
+            log.exception("gateway frame could not be encoded")
+            return False
+        self._buffered += len(text)
+        if self._buffered > self.max_buffered:
+            log.warning("gateway client %s is too slow; closing it", self.remote)
+            self.abort(CLOSE_POLICY, "slow consumer")
+            return False
+        self._queue.put_nowait(text)
+        return True
+
+    def send_event(self, event: str, payload: Any) -> bool:
+        """Queue an event with the next per-connection ``seq`` (1, 2, ... after the challenge)."""
+        if self.closing:
+            return False
+        self._seq += 1
+        return self.send(event_frame(event, payload, seq=self._seq))
+
+    def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        """Close after every frame queued so far has been sent."""
+        if self.closing:
+            return
+        self.closing = True
+        self._queue.put_nowait(_Close(code, reason[:120]))
+
+    def abort(self, code: int, reason: str) -> None:
+        """Close now, dropping whatever is still queued."""
+        self.closing = True
+        if self._sender is not None:
+            self._sender.cancel()
+        if self._closer is None:
+            self._closer = asyncio.create_task(self._close_transport(code, reason))
+
+    async def _close_transport(self, code: int, reason: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.transport.close(code, reason[:120])
+
+    async def _send_loop(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, _Close):
+                await self._close_transport(item.code, item.reason)
+                return
+            self._buffered -= len(item)
+            try:
+                await self.transport.send_text(item)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.closing = True  # the peer is gone; nothing more can be sent
+                return
+
+    async def _tick_loop(self, interval: float) -> None:
+        while not self.closing:
+            await asyncio.sleep(interval)
+            self.send_event(EVENT_TICK, {"ts": now_ms()})
+
+    async def finish(self) -> None:
+        """Stop ticking, flush and close, and make sure no task of this connection outlives it."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.close(CLOSE_NORMAL, "")
+        waiting = {task for task in (self._sender, self._closer) if task is not None and not task.done()}
+        if waiting:
+            await asyncio.wait(waiting, timeout=CLOSE_GRACE_SECONDS)
+        for task in (self._ticker, self._sender, self._closer):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """What a session key resolves to."""
+
+    key: str
+    agent_id: str
+    session_id: str
+    services: Services
+
+
+@dataclass
+class GatewayRun:
+    """A run started through ``chat.send`` and the state of its ``chat`` event stream."""
+
+    run_id: str
+    target: Target
+    run: Run
+    started_ms: int = field(default_factory=now_ms)
+    chat_seq: int = 0
+    agent_seq: int = 0
+    segments: list[str] = field(default_factory=list)
+    current: str = ""
+    sent_text: str = ""
+    usage: dict[str, int] | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(part for part in [*self.segments, self.current] if part)
+
+    def base(self) -> dict[str, Any]:
+        return {"runId": self.run_id, "sessionKey": self.target.key, "agentId": self.target.agent_id}
+
+
+def tool_args(rendered: str) -> dict[str, Any]:
+    """clawlet renders a tool's input as text: JSON objects come back as objects."""
+    try:
+        parsed = json.loads(rendered)
+    except ValueError:
+        return {"input": rendered}
+    return parsed if isinstance(parsed, dict) else {"input": rendered}
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+class GatewayServer:
+    """The OpenClaw Gateway protocol over clawlet's workspaces; transport-neutral."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        workspaces: Workspaces,
+        *,
+        list_agents: AgentLister | None = None,
+        list_models: ModelLister | None = None,
+        delta_interval: float = DELTA_INTERVAL_SECONDS,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+    ) -> None:
+        self.settings = settings
+        self.workspaces = workspaces
+        self.list_agents: AgentLister = list_agents or default_agent_lister
+        self.list_models: ModelLister = list_models or default_model_lister(settings)
+        self.delta_interval = delta_interval
+        self.handshake_timeout = handshake_timeout
+        self.max_buffered_bytes = max_buffered_bytes
+        self.started = time.monotonic()
+        self.connections: set[Connection] = set()
+        self.runs: dict[str, GatewayRun] = {}
+        self._idempotency: OrderedDict[str, str] = OrderedDict()
+        self._pumps: set[asyncio.Task[None]] = set()
+        self._handlers: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+            "health": self._health,
+            "chat.send": self._chat_send,
+            "chat.abort": self._chat_abort,
+            "chat.history": self._chat_history,
+            "sessions.list": self._sessions_list,
+            "agents.list": self._agents_list,
+            "models.list": self._models_list,
+        }
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self._handlers)
+
+    # -- connection lifecycle ---------------------------------------------------------------------
+
+    def origin_allowed(self, origin: str | None, host: str | None) -> bool:
+        """Refuse cross-site browser pages when no token protects the gateway (a page on any site
+        could otherwise drive the agents through the user's browser). Clients that send no Origin,
+        same-origin pages and pages served from loopback are accepted."""
+        if not origin or self.settings.gateway_tokens:
+            return True
+        parts = urlsplit(origin)
+        if host and parts.netloc.lower() == host.lower():
+            return True
+        return is_loopback_host(parts.hostname)
+
+    async def handle(self, transport: Transport, *, remote: str = "?") -> None:
+        """Serve one accepted connection until it closes; never raises."""
+        conn = Connection(transport, remote, self.max_buffered_bytes)
+        self.connections.add(conn)
+        conn.start()
+        try:
+            if await self._handshake(conn):
+                conn.start_ticks(self.settings.gateway_tick_interval_ms)
+                await self._serve(conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("gateway connection from %s failed", remote)
+        finally:
+            self.connections.discard(conn)
+            await conn.finish()
+            log.debug("gateway connection %s from %s closed", conn.conn_id, remote)
+
+    async def close(self, reason: str = "gateway stopping") -> None:
+        """Say ``shutdown`` to every client and close them; wait briefly for runs' event streams."""
+        for conn in list(self.connections):
+            if conn.connected:
+                conn.send_event(EVENT_SHUTDOWN, {"reason": reason})
+            conn.close(CLOSE_RESTART, reason)
+        if self._pumps:
+            _, pending = await asyncio.wait(set(self._pumps), timeout=CLOSE_GRACE_SECONDS)
+            for task in pending:
+                task.cancel()
+
+    async def _receive(self, conn: Connection, timeout: float | None = None) -> str | None:
+        try:
+            if timeout is None:
+                return await conn.transport.receive_text()
+            return await asyncio.wait_for(conn.transport.receive_text(), timeout)
+        except TimeoutError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return None
+
+    def _fail(self, conn: Connection, request_id: str, error: GatewayError, code: int = CLOSE_POLICY) -> bool:
+        conn.send(response_error(request_id, error))
+        conn.close(code, error.message)
+        return False
+
+    async def _handshake(self, conn: Connection) -> bool:
+        conn.send(event_frame(EVENT_CHALLENGE, {"nonce": str(uuid.uuid4()), "ts": now_ms()}))
+        try:
+            text = await self._receive(conn, self.handshake_timeout)
+        except TimeoutError:
+            conn.close(CLOSE_POLICY, "connect timeout")
+            return False
+        if text is None:
+            return False
+        if len(text.encode("utf-8", "replace")) > MAX_PRECONNECT_FRAME_BYTES:
+            error = _invalid(f"frame before connect exceeds {MAX_PRECONNECT_FRAME_BYTES} bytes")
+            return self._fail(conn, "unknown", error, CLOSE_TOO_BIG)
+        try:
+            frame = decode(text)
+        except FrameError as exc:
+            return self._fail(conn, "unknown", _invalid(str(exc)))
+        raw_id = frame.get("id")
+        request_id = raw_id if isinstance(raw_id, str) and raw_id else "unknown"
+        if frame.get("type") != "req" or frame.get("method") != "connect":
+            return self._fail(conn, request_id, _invalid("invalid handshake: first request must be connect"))
+        params = frame.get("params")
+        try:
+            hello = self._connect(conn, params if isinstance(params, dict) else None)
+        except GatewayError as error:
+            if error.details and str(error.details.get("code", "")).startswith("AUTH_"):
+                log.warning(
+                    "gateway auth failure from %s: %s",
+                    conn.remote,
+                    error.details["code"],
+                    extra={"event": "gateway_auth_failure"},
+                )
+            mismatch = (error.details or {}).get("code") == DETAIL_PROTOCOL_MISMATCH
+            return self._fail(conn, request_id, error, CLOSE_PROTOCOL_ERROR if mismatch else CLOSE_POLICY)
+        conn.connected = True
+        conn.send(response_ok(request_id, hello))
+        log.info(
+            "gateway client connected: %s/%s v%s from %s",
+            conn.client.get("id"),
+            conn.client.get("mode"),
+            conn.protocol,
+            conn.remote,
+            extra={"event": "gateway_connect"},
+        )
+        return True
+
+    def _connect(self, conn: Connection, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Check ``connect`` params, negotiate, authenticate; the ``hello-ok`` payload."""
+        if params is None:
+            raise _invalid("invalid connect params: params must be an object")
+        low = param_int(params, "minProtocol", minimum=1)
+        high = param_int(params, "maxProtocol", minimum=1)
+        if low is None or high is None:
+            raise _invalid("invalid connect params: minProtocol and maxProtocol are required")
+        client = params.get("client")
+        if not isinstance(client, dict):
+            raise _invalid("invalid connect params: client must be an object")
+        if client.get("id") not in CLIENT_IDS:
+            raise _invalid(f"invalid connect params: unknown client.id {client.get('id')!r}")
+        if client.get("mode") not in CLIENT_MODES:
+            raise _invalid(f"invalid connect params: unknown client.mode {client.get('mode')!r}")
+        role = params.get("role", ROLE_OPERATOR)
+        if role != ROLE_OPERATOR:
+            raise _invalid(f"invalid role {role!r}: this gateway accepts operator clients only")
+        scopes = param_strings(params, "scopes")
+        caps = param_strings(params, "caps")
+        auth = params.get("auth")
+        if auth is not None and not isinstance(auth, dict):
+            raise _invalid("invalid connect params: auth must be an object")
+
+        version = min(high, PROTOCOL_VERSION)
+        if low > high or version < max(low, MIN_PROTOCOL_VERSION):
+            raise _invalid(
+                "protocol mismatch",
+                {
+                    "code": DETAIL_PROTOCOL_MISMATCH,
+                    "clientMinProtocol": low,
+                    "clientMaxProtocol": high,
+                    "expectedProtocol": PROTOCOL_VERSION,
+                },
+            )
+        self._authenticate((auth or {}).get("token"))
+
+        conn.protocol = version
+        conn.client = {key: client[key] for key in ("id", "mode", "version", "platform") if key in client}
+        conn.scopes = frozenset(scope for scope in scopes if scope in KNOWN_SCOPES)
+        conn.caps = frozenset(caps)
+        granted = [scope for scope in dict.fromkeys(scopes) if scope in KNOWN_SCOPES]
+        now = now_ms()
+        return {
+            "type": "hello-ok",
+            "protocol": version,
+            "server": {"version": __version__, "connId": conn.conn_id},
+            "features": {"methods": self.methods, "events": list(SERVER_EVENTS)},
+            "snapshot": {
+                "presence": [],
+                "health": {"ok": True, "ts": now, "durationMs": 0, "defaultAgentId": DEFAULT_AGENT_ID},
+                "stateVersion": {"presence": 0, "health": 0},
+                "uptimeMs": int((time.monotonic() - self.started) * 1000),
+                "sessionDefaults": {
+                    "defaultAgentId": DEFAULT_AGENT_ID,
+                    "mainKey": MAIN_SESSION_SUFFIX,
+                    "mainSessionKey": MAIN_SESSION_KEY,
+                    "scope": SESSION_SCOPE,
+                },
+                "authMode": "token" if self.settings.gateway_tokens else "none",
+            },
+            "auth": {"role": ROLE_OPERATOR, "scopes": granted},
+            "policy": {
+                "maxPayload": MAX_FRAME_BYTES,
+                "maxBufferedBytes": self.max_buffered_bytes,
+                "tickIntervalMs": self.settings.gateway_tick_interval_ms,
+            },
+        }
+
+    def _authenticate(self, token: Any) -> None:
+        accepted = self.settings.gateway_tokens
+        if not accepted:
+            return
+        if not isinstance(token, str) or not token:
+            raise _invalid("unauthorized: gateway token missing", {"code": DETAIL_AUTH_TOKEN_MISSING})
+        supplied = token.encode("utf-8", "replace")
+        matched = False
+        for expected in accepted:  # compare with every token: timing tells nothing
+            matched |= hmac.compare_digest(supplied, expected.encode("utf-8"))
+        if not matched:
+            raise _invalid("unauthorized: gateway token mismatch", {"code": DETAIL_AUTH_TOKEN_MISMATCH})
+
+    async def _serve(self, conn: Connection) -> None:
+        while not conn.closing:
+            text = await self._receive(conn)
+            if text is None:
+                return
+            if len(text.encode("utf-8", "replace")) > MAX_FRAME_BYTES:
+                self._fail(conn, "unknown", _invalid(f"frame exceeds {MAX_FRAME_BYTES} bytes"), CLOSE_TOO_BIG)
+                return
+            try:
+                await self._handle_frame(conn, text)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("gateway frame handling failed")
+                conn.send(response_error("unknown", GatewayError(UNAVAILABLE, "internal error")))
+
+    async def _handle_frame(self, conn: Connection, text: str) -> None:
+        try:
+            frame = decode(text)
+        except FrameError as exc:
+            conn.send(response_error("unknown", _invalid(str(exc))))
+            return
+        raw_id = frame.get("id")
+        request_id = raw_id if isinstance(raw_id, str) and raw_id else "unknown"
+        if frame["type"] != "req":
+            conn.send(
+                response_error(request_id, _invalid(f"unexpected {frame['type']} frame: send req frames"))
+            )
+            return
+        method = frame.get("method")
+        params = frame.get("params")
+        try:
+            if request_id == "unknown":
+                raise _invalid("invalid request frame: id must be a non-empty string")
+            if not isinstance(method, str) or not method:
+                raise _invalid("invalid request frame: method must be a non-empty string")
+            if params is None:
+                params = {}
+            if not isinstance(params, dict):
+                raise _invalid(f"invalid {method} params: params must be an object")
+            payload = await self._dispatch(conn, method, params)
+        except GatewayError as error:
+            conn.send(response_error(request_id, error))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("gateway method %s failed", method)
+            conn.send(
+                response_error(request_id, GatewayError(UNAVAILABLE, f"{method} failed: internal error"))
+            )
+            return
+        conn.send(response_ok(request_id, payload))
+
+    async def _dispatch(self, conn: Connection, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "connect":
+            raise _invalid("invalid request: already connected")
+        handler = self._handlers.get(method)
+        if handler is None:
+            raise _invalid(f"unknown method: {method}")
+        scope = METHOD_SCOPES[method]
+        if not conn.can(scope):
+            raise GatewayError(
+                FORBIDDEN,
+                f"missing scope: {scope}",
+                {"code": DETAIL_MISSING_SCOPE, "missingScope": scope, "requiredScopes": [scope]},
+            )
+        return await handler(conn, params)
+
+    # -- session keys -----------------------------------------------------------------------------
+
+    async def _agents(self) -> list[AgentInfo]:
+        """The configured agents (``main`` first and always present), schema-shaped."""
+        try:
+            raw = await call_lister(self.list_agents)
+        except Exception:
+            log.exception("listing agents failed; only main is served")
+            raw = []
+        agents: dict[str, AgentInfo] = {}
+        for item in raw:
+            entry = agent_entry(item)
+            if entry is not None and entry["id"] not in agents:
+                agents[entry["id"]] = entry
+        main = agents.pop(DEFAULT_AGENT_ID, {"id": DEFAULT_AGENT_ID, "name": DEFAULT_AGENT_ID})
+        return [main, *agents.values()]
+
+    async def _services_for(self, agent_id: str) -> Services:
+        if agent_id == DEFAULT_AGENT_ID:
+            return self.workspaces.get(None)
+        known = {agent["id"] for agent in await self._agents()}
+        if agent_id not in known:
+            raise _invalid(
+                f"unknown agent id: {agent_id}", {"code": DETAIL_UNKNOWN_AGENT_ID, "agentId": agent_id}
+            )
+        try:
+            return await asyncio.to_thread(self.workspaces.get, agent_id)
+        except InvalidWorkspace as exc:
+            raise _invalid(f"agent {agent_id!r} has no usable workspace: {exc}") from exc
+
+    async def resolve(self, key: str) -> Target:
+        """Session key → agent, its services and the transcript id."""
+        agent_id, rest = parse_session_key(key)
+        services = await self._services_for(agent_id)
+        session_id = await asyncio.to_thread(_existing_case, services.transcripts, session_id_for(rest))
+        return Target(f"agent:{agent_id}:{rest}", agent_id, session_id, services)
+
+    # -- methods ----------------------------------------------------------------------------------
+
+    async def _chat_send(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        key = param_str(params, "sessionKey", max_length=512)
+        idempotency_key = param_str(params, "idempotencyKey")
+        message = params.get("message")
+        if not isinstance(message, str):
+            raise _invalid("invalid chat.send params: message must be a string")
+        if not message.strip():
+            raise _invalid("invalid chat.send params: message must not be empty")
+        assert key is not None and idempotency_key is not None
+        if idempotency_key in self._idempotency:
+            self._idempotency.move_to_end(idempotency_key)
+            return {"runId": idempotency_key, "status": "ok"}
+        target = await self.resolve(key)
+        # Reserved before the first await that starts the run, so a concurrent resend is deduplicated.
+        self._remember(idempotency_key, target.key)
+        try:
+            run = await target.services.sessions.start_turn(target.session_id, message, title=False)
+        except BaseException as exc:
+            self._idempotency.pop(idempotency_key, None)
+            if isinstance(exc, SessionBusy):
+                raise GatewayError(
+                    UNAVAILABLE, f"session {target.key} is still answering; retry later", retryable=True
+                ) from exc
+            if isinstance(exc, SessionCorrupt):
+                raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+            if isinstance(exc, RuntimeError_):
+                raise GatewayError(UNAVAILABLE, f"the run could not start: {exc}") from exc
+            raise
+        gateway_run = GatewayRun(idempotency_key, target, run)
+        self.runs[idempotency_key] = gateway_run
+        # The pump starts on the next loop iteration, after this ack has been queued: a client
+        # always sees the ack before the run's first event.
+        task = asyncio.create_task(self._pump(gateway_run), name=f"gateway-run-{idempotency_key}")
+        gateway_run.task = task
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+        return {"runId": idempotency_key, "status": "started"}
+
+    def _remember(self, idempotency_key: str, key: str) -> None:
+        self._idempotency[idempotency_key] = key
+        while len(self._idempotency) > IDEMPOTENCY_MEMORY:
+            self._idempotency.popitem(last=False)
+
+    async def _chat_abort(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        key = param_str(params, "sessionKey")
+        run_id = param_str(params, "runId", required=False)
+        assert key is not None
+        target = await self.resolve(key)
+        sessions = target.services.sessions
+        active = [
+            each
+            for each in self.runs.values()
+            if each.target.services is target.services and each.target.session_id == target.session_id
+        ]
+        if run_id is not None:
+            active = [each for each in active if each.run_id == run_id]
+            ids = [run_id] if active else []
+        else:
+            # A turn started elsewhere (the workbench, /v1) is stopped too and named by its own id.
+            running = sessions.runs.get(target.session_id)
+            ids = [each.run_id for each in active] or (
+                [running.run_id] if running and not running.closed else []
+            )
+        if not ids:
+            return {"ok": True, "aborted": False, "runIds": []}
+        aborted = await sessions.cancel(target.session_id)
+        return {"ok": True, "aborted": aborted, "runIds": ids if aborted else []}
+
+    async def _chat_history(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        key = param_str(params, "sessionKey")
+        limit = param_int(params, "limit", minimum=1, maximum=HISTORY_MAX_LIMIT) or HISTORY_DEFAULT_LIMIT
+        assert key is not None
+        target = await self.resolve(key)
+        messages = await asyncio.to_thread(_history, target.services.transcripts, target.session_id)
+        return {"sessionKey": target.key, "sessionId": target.session_id, "messages": messages[-limit:]}
+
+    async def _sessions_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        limit = param_int(params, "limit", minimum=1) or SESSIONS_DEFAULT_LIMIT
+        offset = param_int(params, "offset", minimum=0) or 0
+        only_agent = param_str(params, "agentId", required=False)
+        search = params.get("search")
+        search = search.strip().lower() if isinstance(search, str) else ""
+        rows: list[dict[str, Any]] = []
+        for agent in await self._agents():
+            agent_id = agent["id"]
+            if only_agent is not None and agent_id != only_agent.strip().lower():
+                continue
+            services = await self._existing_services(agent_id)
+            if services is None:
+                continue
+            for item in await asyncio.to_thread(services.transcripts.list_sessions):
+                row = self._session_row(agent_id, services, item)
+                haystack = f"{row['key']} {item['title']}".lower()
+                if not search or search in haystack:
+                    rows.append(row)
+        rows.sort(key=lambda row: row["updatedAt"] or 0, reverse=True)
+        return {"ts": now_ms(), "count": len(rows), "sessions": rows[offset : offset + limit]}
+
+    async def _existing_services(self, agent_id: str) -> Services | None:
+        """The agent's services if its workspace exists (listing never creates workspaces)."""
+        if agent_id == DEFAULT_AGENT_ID:
+            return self.workspaces.get(None)
+        root = self.workspaces.default.settings.workspaces_root / agent_id
+        if not root.is_dir():
+            return None
+        try:
+            return await asyncio.to_thread(self.workspaces.get, agent_id)
+        except InvalidWorkspace:
+            return None
+
+    def _session_row(self, agent_id: str, services: Services, item: dict[str, Any]) -> dict[str, Any]:
+        session_id = str(item["id"])
+        title = str(item.get("title") or "")
+        row: dict[str, Any] = {
+            "key": f"agent:{agent_id}:{session_id}".lower(),
+            "kind": "direct",
+            "sessionId": session_id,
+            "agentId": agent_id,
+            "displayName": title or session_id,
+            "updatedAt": int(float(item["updated_at"]) * 1000),
+            "isMain": session_id.lower() == MAIN_SESSION_SUFFIX,
+            "chatType": "direct",
+        }
+        if title:
+            row["label"] = title
+            row["derivedTitle"] = title
+        if services.sessions.is_running(session_id):
+            row["status"] = "running"
+        return row
+
+    async def _agents_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "defaultId": DEFAULT_AGENT_ID,
+            "mainKey": MAIN_SESSION_SUFFIX,
+            "scope": SESSION_SCOPE,
+            "agents": await self._agents(),
+        }
+
+    async def _models_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            raw = await call_lister(self.list_models)
+        except Exception:
+            log.exception("listing models failed")
+            raw = []
+        models = [entry for entry in (model_entry(item) for item in raw) if entry is not None]
+        return {"models": models}
+
+    async def _health(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        began = time.monotonic()
+        services = self.workspaces.get(None)
+        sessions = await asyncio.to_thread(services.transcripts.list_sessions)
+        now = now_ms()
+        recent = []
+        for item in sessions[:5]:
+            updated = int(float(item["updated_at"]) * 1000)
+            recent.append(
+                {
+                    "key": f"agent:{DEFAULT_AGENT_ID}:{item['id']}".lower(),
+                    "updatedAt": updated,
+                    "age": max(0, now - updated),
+                }
+            )
+        return {
+            "ok": True,
+            "ts": now,
+            "durationMs": int((time.monotonic() - began) * 1000),
+            "defaultAgentId": DEFAULT_AGENT_ID,
+            "sessions": {
+                "path": str(services.transcripts.directory),
+                "count": len(sessions),
+                "recent": recent,
+            },
+        }
+
+    # -- run events -------------------------------------------------------------------------------
+
+    def _readers(self) -> Iterable[Connection]:
+        return [conn for conn in list(self.connections) if conn.connected and conn.can(SCOPE_READ)]
+
+    def _broadcast_chat(self, gateway_run: GatewayRun, payload: dict[str, Any]) -> None:
+        gateway_run.chat_seq += 1
+        full = {**gateway_run.base(), "seq": gateway_run.chat_seq, **payload}
+        legacy = {name: value for name, value in full.items() if name not in ("deltaText", "replace")}
+        for conn in self._readers():
+            try:
+                conn.send_event(EVENT_CHAT, full if conn.protocol >= 4 else legacy)
+            except Exception:
+                log.exception("gateway chat event could not be queued")
+
+    def _broadcast_tool(self, gateway_run: GatewayRun, data: dict[str, Any]) -> None:
+        gateway_run.agent_seq += 1
+        payload = {
+            "runId": gateway_run.run_id,
+            "seq": gateway_run.agent_seq,
+            "stream": "tool",
+            "ts": now_ms(),
+            "data": data,
+        }
+        for conn in self._readers():
+            if CAP_TOOL_EVENTS in conn.caps:
+                try:
+                    conn.send_event(EVENT_AGENT, payload)
+                except Exception:
+                    log.exception("gateway agent event could not be queued")
+
+    def _flush_delta(self, gateway_run: GatewayRun) -> None:
+        text = gateway_run.text
+        sent = gateway_run.sent_text
+        if text == sent:
+            return
+        payload: dict[str, Any] = {
+            "state": "delta",
+            "message": assistant_message(text, gateway_run.started_ms),
+        }
+        if text.startswith(sent):
+            payload["deltaText"] = text[len(sent) :]
+        else:
+            payload["deltaText"] = text
+            payload["replace"] = True
+        gateway_run.sent_text = text
+        self._broadcast_chat(gateway_run, payload)
+
+    async def _pump(self, gateway_run: GatewayRun) -> None:
+        """Translate one run's clawlet events into ``chat`` and ``agent`` events."""
+        last_flush = 0.0
+        finished = False
+        try:
+            async for event in gateway_run.run.events(keepalive=self.delta_interval):
+                if event is None:
+                    self._flush_delta(gateway_run)
+                elif isinstance(event, TextDelta):
+                    gateway_run.current += event.text
+                    if time.monotonic() - last_flush >= self.delta_interval:
+                        self._flush_delta(gateway_run)
+                        last_flush = time.monotonic()
+                elif isinstance(event, NewSegment):
+                    self._flush_delta(gateway_run)
+                    if gateway_run.current:
+                        gateway_run.segments.append(gateway_run.current)
+                        gateway_run.current = ""
+                elif isinstance(event, ToolStart):
+                    self._flush_delta(gateway_run)
+                    self._broadcast_tool(
+                        gateway_run,
+                        {
+                            "phase": "start",
+                            "name": event.tool,
+                            "toolCallId": event.call_id,
+                            "args": tool_args(event.input),
+                        },
+                    )
+                elif isinstance(event, ToolEnd):
+                    self._broadcast_tool(
+                        gateway_run,
+                        {
+                            "phase": "result",
+                            "name": event.tool,
+                            "toolCallId": event.call_id,
+                            "result": event.output,
+                            "isError": event.is_error,
+                        },
+                    )
+                elif isinstance(event, Usage):
+                    usage = gateway_run.usage or {"input": 0, "output": 0, "totalTokens": 0}
+                    usage["input"] += event.input_tokens
+                    usage["output"] += event.output_tokens
+                    usage["totalTokens"] = usage["input"] + usage["output"]
+                    gateway_run.usage = usage
+                elif isinstance(event, RunFinished | RunCancelled | RunFailed):
+                    self._flush_delta(gateway_run)
+                    self._broadcast_chat(gateway_run, self._terminal_payload(gateway_run, event))
+                    finished = True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("gateway run %s: streaming its events failed", gateway_run.run_id)
+            if not finished:
+                finished = True
+                self._broadcast_chat(
+                    gateway_run,
+                    {
+                        "state": "error",
+                        "errorMessage": f"{type(exc).__name__}: {exc}",
+                        "errorKind": "unknown",
+                    },
+                )
+        finally:
+            if self.runs.get(gateway_run.run_id) is gateway_run:
+                del self.runs[gateway_run.run_id]
+
+    def _terminal_payload(
+        self, gateway_run: GatewayRun, event: RunFinished | RunCancelled | RunFailed
+    ) -> dict[str, Any]:
+        if isinstance(event, RunFinished):
+            payload: dict[str, Any] = {
+                "state": "final",
+                "message": assistant_message(event.content or gateway_run.text, gateway_run.started_ms),
+                "stopReason": "stop",
+            }
+            if gateway_run.usage:
+                payload["usage"] = dict(gateway_run.usage)
+            return payload
+        if isinstance(event, RunCancelled):
+            return {
+                "state": "aborted",
+                "stopReason": "rpc",
+                "message": assistant_message(event.content or gateway_run.text, gateway_run.started_ms),
+            }
+        payload = {"state": "error", "errorMessage": event.error, "errorKind": "unknown"}
+        if gateway_run.text:
+            payload["message"] = assistant_message(gateway_run.text, gateway_run.started_ms)
+        return payload
+
+
+# -- transcripts -----------------------------------------------------------------------------------
+
+
+def _existing_case(store: TranscriptStore, session_id: str) -> str:
+    """Session keys are lower-cased; find a transcript stored with capitals (``MyChat``) anyway."""
+    try:
+        if store.exists(session_id) or not store.directory.is_dir():
+            return session_id
+        for path in store.directory.glob("*.json"):
+            if path.stem.lower() == session_id.lower():
+                return path.stem
+    except (OSError, InvalidSessionId):
+        pass
+    return session_id
+
+
+def _history(store: TranscriptStore, session_id: str) -> list[dict[str, Any]]:
+    """The visible conversation: user and assistant text, consecutive assistant segments joined
+    with a blank line as the ``final`` event joined them. Transcripts keep no time per message, so
+    timestamps run from the session's creation to its last update."""
+    try:
+        data = store.load(session_id)
+    except SessionNotFound:
+        return []
+    except SessionCorrupt as exc:
+        raise GatewayError(UNAVAILABLE, f"session {session_id} has a corrupt transcript") from exc
+    merged: list[StoredMessage] = []
+    for message in data["messages"]:
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            continue
+        content = str(message.get("content") or "")
+        if merged and role == "assistant" and merged[-1]["role"] == "assistant":
+            merged[-1]["content"] = "\n\n".join(part for part in (merged[-1]["content"], content) if part)
+        else:
+            merged.append({"role": str(role), "content": content})
+    created = int(data["created_at"] * 1000)
+    updated = max(created, int(data["updated_at"] * 1000))
+    return [
+        {
+            "role": message["role"],
+            "content": [{"type": "text", "text": message["content"]}],
+            "timestamp": min(created + index, updated) if index < len(merged) - 1 else updated,
+        }
+        for index, message in enumerate(merged)
+        if message["content"] or message["role"] == "user"
+    ]

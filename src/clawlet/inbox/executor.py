@@ -1,0 +1,177 @@
+"""``TaskExecutor``: runs a task's messages in the background and records what comes back.
+
+The HTTP call that creates a task (or sends a follow-up) returns at once; the executor moves the
+task to ``running``, hands the message to the backend, and turns the outcome into an agent message
+plus a status: a reply → ``completed``, an error → ``failed`` (the message says why), an abort →
+``cancelled``. Every change is broadcast as ``message.created`` / ``task.updated``; while a reply
+streams, ``message.delta`` carries its text so far (at most a few times a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+import sqlalchemy.exc
+
+from clawlet.inbox.backends import ExecutionBackend, Outcome
+from clawlet.inbox.broadcaster import EventBroadcaster
+from clawlet.inbox.ids import new_ulid
+from clawlet.inbox.models import Message, Task
+from clawlet.inbox.repository import InboxRepository, TaskNotFound
+from clawlet.inbox.states import InvalidTransition, TaskStatus
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL = 0.25
+SHUTDOWN_GRACE = 5.0
+RESTART_MESSAGE = (
+    "clawlet stopped while this task was running, so its reply was lost. Send a message to try again."
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TaskExecutor:
+    def __init__(
+        self,
+        repository: InboxRepository,
+        broadcaster: EventBroadcaster,
+        backend: ExecutionBackend,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.repository = repository
+        self.broadcaster = broadcaster
+        self.backend = backend
+        self.clock = clock
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
+
+    def is_running(self, task_id: str) -> bool:
+        return task_id in self._runs
+
+    def start(self, task_id: str, content: str, message_id: str, *, from_pending: bool) -> None:
+        """Run ``content`` for the task in the background. ``from_pending``: the task is new and
+        the executor moves it to ``running`` itself (a follow-up already moved it)."""
+        self._runs[task_id] = asyncio.create_task(
+            self._execute(task_id, content, message_id, from_pending), name=f"inbox-task-{task_id}"
+        )
+
+    async def _transition(self, task_id: str, target: TaskStatus) -> Task:
+        task = await asyncio.to_thread(self.repository.transition, task_id, target, self.clock())
+        self.broadcaster.publish("task.updated", task.to_json(), task_id)
+        return task
+
+    async def _execute(self, task_id: str, content: str, message_id: str, from_pending: bool) -> None:
+        try:
+            if from_pending:
+                task = await self._transition(task_id, "running")
+            else:
+                task = await asyncio.to_thread(self.repository.require_task, task_id)
+            last_progress = 0.0
+
+            def on_text(text: str) -> None:
+                nonlocal last_progress
+                if time.monotonic() - last_progress >= PROGRESS_INTERVAL:
+                    last_progress = time.monotonic()
+                    self.broadcaster.publish("message.delta", {"taskId": task_id, "content": text}, task_id)
+
+            try:
+                outcome = await self.backend.run(task, content, message_id, on_text)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a backend bug must not leave the task running forever
+                log.exception("inbox task %s failed in the %s backend", task_id, self.backend.name)
+                outcome = Outcome("error", "", f"{type(exc).__name__}: {exc}")
+            await self._finish(task_id, outcome)
+        except (TaskNotFound, InvalidTransition) as exc:
+            # deleted, or cancelled before it started: nothing left to do
+            log.info("inbox task %s not run: %s", task_id, exc)
+        except asyncio.CancelledError:
+            with suppress(Exception):
+                await self._finish(task_id, Outcome("error", "", RESTART_MESSAGE))
+            raise
+        finally:
+            self._runs.pop(task_id, None)
+
+    async def _finish(self, task_id: str, outcome: Outcome) -> None:
+        if outcome.state == "final":
+            content, target = outcome.text, "completed"
+        elif outcome.state == "error":
+            reason = outcome.error or "the run failed"
+            content = f"{outcome.text}\n\n⚠️ {reason}" if outcome.text else f"⚠️ {reason}"
+            target = "failed"
+        else:
+            content = outcome.text
+            target = "failed" if self._stopping else "cancelled"
+            if self._stopping:
+                content = f"{content}\n\n⚠️ {RESTART_MESSAGE}" if content else f"⚠️ {RESTART_MESSAGE}"
+        if content.strip():
+            await self.add_agent_message(task_id, content)
+        current = await asyncio.to_thread(self.repository.get_task, task_id)
+        if current is None or current.status != "running":
+            return  # cancelled (or deleted) meanwhile: the user's choice stands
+        try:
+            await self._transition(task_id, target)  # type: ignore[arg-type]
+        except (TaskNotFound, InvalidTransition) as exc:
+            log.info("inbox task %s: %s", task_id, exc)
+
+    async def add_agent_message(self, task_id: str, content: str) -> Message | None:
+        message = Message(new_ulid(), task_id, "agent", content, self.clock())
+        try:
+            await asyncio.to_thread(self.repository.add_message, message)
+        except sqlalchemy.exc.IntegrityError:
+            return None  # the task was deleted meanwhile
+        self.broadcaster.publish("message.created", message.to_json(), task_id)
+        return message
+
+    async def cancel(self, task_id: str) -> Task:
+        """Mark the task cancelled (if the table allows) and abort its run."""
+        task = await self._transition(task_id, "cancelled")
+        if task_id in self._runs:
+            await self.backend.abort(task)
+        return task
+
+    async def abort_run(self, task: Task) -> None:
+        """Stop a task's run without changing its status (before the task is deleted)."""
+        run = self._runs.get(task.id)
+        if run is None:
+            return
+        await self.backend.abort(task)
+        with suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(run), timeout=SHUTDOWN_GRACE)
+
+    async def recover(self) -> None:
+        """After a restart: tasks left ``running`` lost their run → ``failed`` with a message
+        saying so; tasks still ``pending`` never started → start them now."""
+        for task in await asyncio.to_thread(self.repository.tasks_with_status, ["running"]):
+            await self.add_agent_message(task.id, f"⚠️ {RESTART_MESSAGE}")
+            with suppress(TaskNotFound, InvalidTransition):
+                await self._transition(task.id, "failed")
+        for task in await asyncio.to_thread(self.repository.tasks_with_status, ["pending"]):
+            message = await asyncio.to_thread(self.repository.last_user_message, task.id)
+            if message is not None:
+                self.start(task.id, message.content, message.id, from_pending=True)
+
+    async def shutdown(self) -> None:
+        """Abort running tasks (each is marked failed, saying the server stopped) and close the
+        backend."""
+        self._stopping = True
+        runs = dict(self._runs)
+        for task_id in runs:
+            task = await asyncio.to_thread(self.repository.get_task, task_id)
+            if task is not None:
+                with suppress(Exception):
+                    await self.backend.abort(task)
+        if runs:
+            _, still = await asyncio.wait(runs.values(), timeout=SHUTDOWN_GRACE)
+            for run in still:
+                run.cancel()
+            if still:
+                await asyncio.wait(still, timeout=SHUTDOWN_GRACE)
+        await self.backend.close()

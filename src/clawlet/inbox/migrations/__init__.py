@@ -1,0 +1,1 @@
+"""Alembic migrations of the inbox database (applied by ``clawlet.inbox.db.migrate``)."""

@@ -1,0 +1,155 @@
+"""``InboxService``: the inbox's operations, called by the REST routes (and nothing else).
+
+It ties the repository, the state machine, the broadcaster, the executor and ``openclaw.json``
+together and follows the seed's order: a task and its user message are saved (one transaction)
+and broadcast before execution starts, so the backend always finds the message in history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clawlet.config import Settings
+from clawlet.inbox.agents import AgentConfigError, AgentInfo, OpenClawAgents
+from clawlet.inbox.backends import ExecutionBackend, GatewayBackend, LocalBackend
+from clawlet.inbox.broadcaster import EventBroadcaster
+from clawlet.inbox.db import create_db_engine, migrate
+from clawlet.inbox.executor import TaskExecutor, now_ms
+from clawlet.inbox.ids import new_ulid
+from clawlet.inbox.models import Message, Task, title_from
+from clawlet.inbox.repository import InboxRepository, TaskNotFound
+from clawlet.inbox.states import InvalidTransition, TaskStatus
+from clawlet.services import Workspaces
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 100_000
+MAX_TITLE_CHARS = 200
+FOLLOW_UP_FROM: tuple[TaskStatus, ...] = ("completed", "failed", "waiting")
+
+
+class UnknownAgent(LookupError):
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(f"no agent {agent_id!r} in openclaw.json (main and the agents it may delegate to)")
+        self.agent_id = agent_id
+
+
+class TaskBusy(Exception):
+    """A follow-up message for a task that is still pending or running."""
+
+
+@dataclass
+class InboxService:
+    repository: InboxRepository
+    broadcaster: EventBroadcaster
+    agents: OpenClawAgents
+    executor: TaskExecutor
+
+    async def create_task(self, content: str, agent_id: str | None) -> Task:
+        agent_id = agent_id or "main"
+        known = await asyncio.to_thread(self.agents.list_agents)
+        if agent_id not in {agent.id for agent in known}:
+            raise UnknownAgent(agent_id)
+        now = now_ms()
+        task = Task(new_ulid(now), agent_id, title_from(content), False, "pending", now, now)
+        message = Message(new_ulid(now), task.id, "user", content, now)
+        await asyncio.to_thread(self.repository.create_task, task, message)
+        self.broadcaster.publish("task.created", task.to_json(), task.id)
+        self.broadcaster.publish("message.created", message.to_json(), task.id)
+        self.executor.start(task.id, content, message.id, from_pending=True)
+        return task
+
+    async def list_tasks(
+        self, agent_id: str | None, statuses: Sequence[TaskStatus], limit: int
+    ) -> list[Task]:
+        return await asyncio.to_thread(
+            self.repository.list_tasks, agent_id=agent_id, statuses=statuses, limit=limit
+        )
+
+    async def get_task(self, task_id: str) -> Task:
+        return await asyncio.to_thread(self.repository.require_task, task_id)
+
+    async def rename(self, task_id: str, title: str) -> Task:
+        task = await asyncio.to_thread(self.repository.rename_task, task_id, title, now_ms())
+        self.broadcaster.publish("task.updated", task.to_json(), task_id)
+        return task
+
+    async def cancel(self, task_id: str) -> Task:
+        return await self.executor.cancel(task_id)
+
+    async def delete(self, task_id: str) -> None:
+        task = await self.get_task(task_id)
+        await self.executor.abort_run(task)
+        if not await asyncio.to_thread(self.repository.delete_task, task_id):
+            raise TaskNotFound(task_id)
+        self.broadcaster.publish("task.deleted", {"id": task_id, "agentId": task.agent_id}, task_id)
+
+    async def list_messages(self, task_id: str) -> list[Message]:
+        await self.get_task(task_id)
+        return await asyncio.to_thread(self.repository.list_messages, task_id)
+
+    async def send_message(self, task_id: str, content: str) -> Message:
+        """Save a follow-up and resume the task; refused (nothing saved) unless the task is
+        completed, failed or waiting."""
+        task = await self.get_task(task_id)
+        if task.status in ("pending", "running"):
+            raise TaskBusy(
+                f"task {task_id} is still {task.status}; wait for its reply or cancel it before sending more"
+            )
+        now = now_ms()
+        message = Message(new_ulid(now), task_id, "user", content, now)
+        task = await asyncio.to_thread(
+            self.repository.add_message_and_transition, message, "running", now, only_from=FOLLOW_UP_FROM
+        )
+        self.broadcaster.publish("message.created", message.to_json(), task_id)
+        self.broadcaster.publish("task.updated", task.to_json(), task_id)
+        self.executor.start(task_id, content, message.id, from_pending=False)
+        return message
+
+    async def list_agents(self) -> list[tuple[AgentInfo, int]]:
+        agents = await asyncio.to_thread(self.agents.list_agents)
+        counts = await asyncio.to_thread(self.repository.count_by_agent)
+        return [(agent, counts.get(agent.id, 0)) for agent in agents]
+
+    def gateway_agents(self) -> list[dict[str, Any]]:
+        """The agents clawlet's gateway server offers (``agents.list``): the same as the inbox's;
+        just ``main`` while openclaw.json cannot be read."""
+        try:
+            agents = self.agents.list_agents()
+        except AgentConfigError:
+            log.warning("openclaw.json cannot be read; the gateway offers only 'main'", exc_info=True)
+            return [{"id": "main", "name": "main"}]
+        return [{"id": agent.id, "name": agent.name} for agent in agents]
+
+    async def start(self) -> None:
+        await self.executor.recover()
+
+    async def close(self) -> None:
+        await self.executor.shutdown()
+        self.broadcaster.close_all()
+
+
+__all__ = ["InvalidTransition", "TaskBusy", "TaskNotFound", "UnknownAgent", "build_inbox"]
+
+
+def build_backend(settings: Settings, workspaces: Workspaces) -> ExecutionBackend:
+    if settings.inbox_backend == "gateway":
+        from clawlet.gateway.client import GatewayClient
+
+        client = GatewayClient(settings.openclaw_gateway_url, settings.openclaw_gateway_token)
+        return GatewayBackend(client, settings.openclaw_gateway_timeout / 1000)
+    return LocalBackend(workspaces)
+
+
+def build_inbox(settings: Settings, workspaces: Workspaces) -> InboxService:
+    """The inbox for one server: database migrated to the newest revision, backend per settings."""
+    engine = create_db_engine(settings.inbox_database_url)
+    migrate(engine)
+    repository = InboxRepository(engine)
+    broadcaster = EventBroadcaster(settings.inbox_heartbeat_seconds)
+    executor = TaskExecutor(repository, broadcaster, build_backend(settings, workspaces))
+    return InboxService(repository, broadcaster, OpenClawAgents(settings.openclaw_config_file), executor)
