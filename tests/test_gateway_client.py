@@ -29,6 +29,7 @@ from clawlet.gateway.protocol import (
     DETAIL_MISSING_SCOPE,
     DETAIL_PROTOCOL_MISMATCH,
     FORBIDDEN,
+    UNAVAILABLE,
     GatewayError,
     assistant_message,
 )
@@ -183,6 +184,28 @@ async def test_auth_rejection_is_a_gateway_error_and_is_not_retried(
     with pytest.raises(GatewayError):
         await client.request("health")
     assert len(gateway.connections) == 2
+
+
+async def test_start_retries_a_retryable_refusal_while_the_gateway_starts(
+    gateway: ScriptedGateway, harness: Harness
+) -> None:
+    """Real OpenClaw refuses connects with a retryable UNAVAILABLE for a moment after its port
+    opens; start() waits retryAfterMs and tries again instead of failing the first task."""
+    gateway.connect_error = GatewayError(
+        UNAVAILABLE, "gateway starting; retry shortly", {"reason": "startup-sidecars"}, True, 300
+    )
+    client = harness.client(gateway.url)
+
+    async def lift() -> None:
+        await until(lambda: len(gateway.connections) >= 2, "a retried connect")
+        gateway.connect_error = None
+
+    lifting = asyncio.create_task(lift())
+    await client.start()
+    await lifting
+    assert client.connected and len(gateway.connections) >= 3
+    refused_at = [c.connect_received_at for c in gateway.connections if c.connect_received_at]
+    assert refused_at[1] - refused_at[0] >= 0.29  # waited retryAfterMs
 
 
 async def test_rejection_during_reconnect_ends_the_cycle(gateway: ScriptedGateway, harness: Harness) -> None:

@@ -466,7 +466,8 @@ async def test_tool_events_only_for_connections_with_the_cap(
         assert start["stream"] == "tool" and start["seq"] == 1 and result["seq"] == 2
         assert start["data"]["phase"] == "start" and start["data"]["name"] == "terminal"
         assert start["data"]["args"] == {"input": "echo hi"}
-        assert result["data"]["phase"] == "result" and result["data"]["result"].strip() == "hi"
+        assert result["data"]["phase"] == "result"
+        assert result["data"]["result"]["content"][0]["text"].strip() == "hi"
         assert result["data"]["isError"] is False
         assert start["data"]["toolCallId"] == result["data"]["toolCallId"]
         segments = [

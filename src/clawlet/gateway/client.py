@@ -88,6 +88,8 @@ CLOSE_TIMEOUT = 2.0
 UNCLAIMED_EVENTS_KEPT = 256
 #: The ``chat.abort`` sent after a chat timeout waits at most this long for its answer.
 ABORT_TIMEOUT = 5.0
+STARTUP_RETRY_MIN = 0.25
+"""The shortest wait before retrying a connect the gateway refused as ``retryable``."""
 #: Close code the client uses when its tick watchdog drops a silent connection.
 CLOSE_TICK_TIMEOUT = 4000
 
@@ -383,15 +385,31 @@ class GatewayClient:
             if manager is not None and not manager.done():
                 await self._wait_for_cycle(None)
                 return
-            try:
-                conn = await self._open()
-            except (GatewayError, GatewayUnavailable) as exc:
-                self.last_error = exc
-                raise
+            conn = await self._open_retrying_startup()
             if self._closed:  # close() ran while we were connecting
                 await self._shutdown(conn, GatewayUnavailable("the gateway client was closed"))
                 raise GatewayUnavailable("the gateway client was closed")
             self._manager = asyncio.create_task(self._manage(conn), name="gateway-client-manager")
+
+    async def _open_retrying_startup(self) -> _Connection:
+        """One connection attempt; a refusal the gateway marks ``retryable`` (real OpenClaw answers
+        ``UNAVAILABLE`` "gateway starting; retry shortly" for a second or two after its port opens)
+        is retried after its ``retryAfterMs`` until ``request_timeout`` runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout
+        while True:
+            try:
+                return await self._open()
+            except GatewayError as exc:
+                self.last_error = exc
+                wait = max(STARTUP_RETRY_MIN, (exc.retry_after_ms or 0) / 1000)
+                if not exc.retryable or loop.time() + wait >= deadline:
+                    raise
+                log.info("the gateway asked to retry the connect in %.2fs: %s", wait, exc)
+                await asyncio.sleep(wait)
+            except GatewayUnavailable as exc:
+                self.last_error = exc
+                raise
 
     async def close(self) -> None:
         """Close the connection, stop reconnecting and fail whatever is in flight."""

@@ -96,6 +96,7 @@ class GatewayError(Exception):
     message: str
     details: dict[str, Any] | None = None
     retryable: bool | None = None
+    retry_after_ms: int | None = None
 
     def __str__(self) -> str:
         detail = (self.details or {}).get("code")
@@ -107,11 +108,13 @@ class GatewayError(Exception):
             return cls(UNAVAILABLE, "the gateway answered ok:false without an error")
         details = shape.get("details")
         retryable = shape.get("retryable")
+        retry_after = shape.get("retryAfterMs")
         return cls(
             str(shape.get("code") or UNAVAILABLE),
             str(shape.get("message") or "gateway request failed"),
             details if isinstance(details, dict) else None,
             retryable if isinstance(retryable, bool) else None,
+            retry_after if isinstance(retry_after, int) and retry_after >= 0 else None,
         )
 
     def shape(self) -> dict[str, Any]:
@@ -120,6 +123,8 @@ class GatewayError(Exception):
             error["details"] = self.details
         if self.retryable is not None:
             error["retryable"] = self.retryable
+        if self.retry_after_ms is not None:
+            error["retryAfterMs"] = self.retry_after_ms
         return error
 
 

@@ -1061,7 +1061,8 @@ class GatewayServer:
                             "phase": "result",
                             "name": event.tool,
                             "toolCallId": event.call_id,
-                            "result": event.output,
+                            # OpenClaw's shape for a tool result
+                            "result": {"content": [{"type": "text", "text": event.output}]},
                             "isError": event.is_error,
                         },
                     )
