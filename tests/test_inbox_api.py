@@ -431,3 +431,49 @@ def test_openclaw_json5_is_read_but_never_rewritten(server: LiveServer, settings
     with api(server) as client:
         broken = client.get("/agents")
         assert broken.status_code == 503 and broken.json()["error"]["code"] == "openclaw_config_invalid"
+
+
+def test_list_previews_the_newest_message_and_searches_titles_and_messages(
+    server: LiveServer, settings: Settings
+) -> None:
+    parcel = seed_task(settings, "completed", at=1000)
+    repo = repository(settings)
+    repo.add_message(
+        Message(new_ulid(), parcel.id, "agent", "您的快递已到达北京分拣中心，预计明天送达。" * 10, 2000)
+    )
+    other = seed_task(settings, "completed", at=1500)
+    repo.add_message(Message(new_ulid(), other.id, "agent", "100% done_with it", 1600))
+    with api(server) as client:
+        listed = {t["id"]: t for t in client.get("/tasks").json()}
+        preview = listed[parcel.id]["lastMessage"]
+        assert preview["senderType"] == "agent" and preview["timestamp"] == 2000
+        assert preview["content"].startswith("您的快递已到达北京") and len(preview["content"]) == 140
+        assert "match" not in listed[parcel.id]
+
+        found = client.get("/tasks", params={"q": "北京分拣"}).json()
+        assert [t["id"] for t in found] == [parcel.id]
+        assert "北京分拣" in found[0]["match"]["snippet"] and found[0]["match"]["snippet"].endswith("…")
+        assert [t["id"] for t in client.get("/tasks", params={"q": "SEEDED COMPLETED"}).json()] == [
+            parcel.id,  # updated last (its message at 2000)
+            other.id,
+        ]  # titles, case-insensitively
+        assert [t["id"] for t in client.get("/tasks", params={"q": "100%"}).json()] == [other.id]
+        assert client.get("/tasks", params={"q": "0%"}).json()[0]["id"] == other.id
+        assert client.get("/tasks", params={"q": "e_w"}).json()[0]["id"] == other.id
+        assert client.get("/tasks", params={"q": "%"}).json()[0]["id"] == other.id  # a literal %
+        assert client.get("/tasks", params={"q": "nothing like this"}).json() == []
+        assert len(client.get("/tasks", params={"q": "   "}).json()) == 2  # blank: no filter
+        assert client.get("/tasks", params={"q": "x" * 201}).status_code == 422
+
+
+def test_agent_descriptions_are_kept_in_openclaw_json(server: LiveServer, settings: Settings) -> None:
+    with api(server) as client:
+        created = client.post(
+            "/agents", json={"id": "travel", "name": "旅行助手", "description": "订机票和酒店"}
+        )
+        assert created.status_code == 201 and created.json()["description"] == "订机票和酒店"
+        assert client.get("/agents/travel").json()["description"] == "订机票和酒店"
+        too_long = client.post("/agents", json={"id": "x1", "name": "n", "description": "d" * 501})
+        assert too_long.status_code == 422
+    written = json.loads(settings.openclaw_config_file.read_text(encoding="utf-8"))
+    assert written["agents"]["entries"]["travel"]["description"] == "订机票和酒店"

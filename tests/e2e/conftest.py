@@ -81,6 +81,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     home = base / "home"
     env = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV and not k.startswith("CLAWLET_")}
     env.update({"CLAWLET_HOME": str(home), "CLAWLET_PROVIDER": "demo"})
+    # the inbox's agents: an openclaw.json of the test's own, never the machine's ~/.openclaw
+    env["OPENCLAW_CONFIG_PATH"] = str(base / "openclaw" / "openclaw.json")
+    env.pop("OPENCLAW_STATE_DIR", None)
     port = free_port()
     clawlet = Path(sys.executable).with_name("clawlet")
     log = (base / "server.log").open("wb")

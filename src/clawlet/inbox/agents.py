@@ -25,6 +25,7 @@ from clawlet.storage import atomic_write_json, file_lock
 AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_AGENT_ID = 64
 MAX_NAME = 100
+MAX_DESCRIPTION = 500
 MAIN = "main"
 
 
@@ -51,9 +52,12 @@ class AgentInfo:
     model: str | None
     is_default: bool
     workspace: str | None = None
+    description: str | None = None
 
     def to_json(self, timestamp_ms: int) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "name": self.name}
+        if self.description:
+            data["description"] = self.description
         if self.model:
             data["model"] = self.model
         data["isDefault"] = self.is_default
@@ -152,12 +156,14 @@ class OpenClawAgents:
     def _info(self, agent_id: str, entry: dict[str, Any], default_model: str | None) -> AgentInfo:
         name = entry.get("name") or _dict(entry.get("identity")).get("name") or agent_id
         workspace = entry.get("workspace")
+        description = entry.get("description")
         return AgentInfo(
             id=agent_id,
             name=str(name),
             model=_model_name(entry.get("model")) or default_model,
             is_default=agent_id == MAIN,
             workspace=workspace if isinstance(workspace, str) else None,
+            description=description.strip() or None if isinstance(description, str) else None,
         )
 
     def list_agents(self) -> list[AgentInfo]:
@@ -200,7 +206,9 @@ class OpenClawAgents:
 
     # -- creating --------------------------------------------------------------------------------
 
-    def create_agent(self, agent_id: str, name: str, model: str | None = None) -> AgentInfo:
+    def create_agent(
+        self, agent_id: str, name: str, model: str | None = None, description: str | None = None
+    ) -> AgentInfo:
         """Register a new agent (see the module docstring for every side effect)."""
         agent_id = agent_id.strip()
         name = name.strip()
@@ -212,6 +220,9 @@ class OpenClawAgents:
         if not name or len(name) > MAX_NAME:
             raise InvalidAgent(f"name must be 1-{MAX_NAME} characters")
         model = model.strip() if model else None
+        description = description.strip() if description else None
+        if description and len(description) > MAX_DESCRIPTION:
+            raise InvalidAgent(f"description must be at most {MAX_DESCRIPTION} characters")
         with file_lock(self.config_file):
             config, strict = self._read()
             entries = self._entries(config)
@@ -226,7 +237,7 @@ class OpenClawAgents:
                     "rewrite it and lose them. Add the agent with OpenClaw itself, or make the file "
                     "plain JSON."
                 )
-            self._register(config, agent_id, name, model)
+            self._register(config, agent_id, name, model, description)
             for directory in (
                 self.state_dir / f"workspace-{agent_id}",
                 self.state_dir / "agents" / agent_id / "agent",
@@ -234,9 +245,11 @@ class OpenClawAgents:
             ):
                 directory.mkdir(parents=True, exist_ok=True)
             atomic_write_json(self.config_file, config)
-        return AgentInfo(agent_id, name, model or self._default_model(config), False)
+        return AgentInfo(agent_id, name, model or self._default_model(config), False, None, description)
 
-    def _register(self, config: dict[str, Any], agent_id: str, name: str, model: str | None) -> None:
+    def _register(
+        self, config: dict[str, Any], agent_id: str, name: str, model: str | None, description: str | None
+    ) -> None:
         agents = config.setdefault("agents", {})
         if not isinstance(agents, dict):
             raise AgentConfigError(f"'agents' in {self.config_file} is not an object")
@@ -245,6 +258,8 @@ class OpenClawAgents:
             "workspace": str(self.state_dir / f"workspace-{agent_id}"),
             "agentDir": str(self.state_dir / "agents" / agent_id / "agent"),
         }
+        if description:
+            entry["description"] = description  # a key OpenClaw's agent schema has
         if model:
             entry["model"] = model
         uses_list = isinstance(agents.get("list"), list) and not isinstance(agents.get("entries"), dict)

@@ -89,14 +89,22 @@ class InboxRepository:
         agent_id: str | None = None,
         statuses: Sequence[TaskStatus] = (),
         limit: int = 50,
+        search: str | None = None,
     ) -> list[Task]:
         """Tasks by status priority (running, waiting, pending, completed, failed, cancelled),
-        then most recently updated first."""
+        then most recently updated first. ``search`` keeps tasks whose title or any message
+        contains it (case-insensitive for Latin letters; any script matches)."""
         query = sa.select(tasks)
         if agent_id is not None:
             query = query.where(tasks.c.agent_id == agent_id)
         if statuses:
             query = query.where(tasks.c.status.in_(list(statuses)))
+        if search:
+            pattern = _like_pattern(search)
+            in_messages = sa.exists().where(
+                messages.c.task_id == tasks.c.id, messages.c.content.ilike(pattern, escape="\\")
+            )
+            query = query.where(sa.or_(tasks.c.title.ilike(pattern, escape="\\"), in_messages))
         query = query.order_by(_PRIORITY, tasks.c.updated_at.desc(), tasks.c.id.desc())
         query = query.limit(max(1, min(limit, MAX_LIST_LIMIT)))
         with self.engine.connect() as conn:
@@ -193,6 +201,40 @@ class InboxRepository:
         with self.engine.connect() as conn:
             return [_message(row) for row in conn.execute(query)]
 
+    def last_messages(self, task_ids: Sequence[str]) -> dict[str, Message]:
+        """The newest message of each task (for list previews), in one query."""
+        if not task_ids:
+            return {}
+        rank = (
+            sa.func.row_number()
+            .over(
+                partition_by=messages.c.task_id, order_by=(messages.c.timestamp.desc(), messages.c.id.desc())
+            )
+            .label("rank")
+        )
+        ranked = sa.select(messages, rank).where(messages.c.task_id.in_(list(task_ids))).subquery()
+        query = sa.select(ranked).where(ranked.c.rank == 1)
+        with self.engine.connect() as conn:
+            return {row.task_id: _message(row) for row in conn.execute(query)}
+
+    def first_matches(self, task_ids: Sequence[str], search: str) -> dict[str, Message]:
+        """The oldest message of each task containing ``search``."""
+        if not task_ids or not search:
+            return {}
+        query = (
+            sa.select(messages)
+            .where(
+                messages.c.task_id.in_(list(task_ids)),
+                messages.c.content.ilike(_like_pattern(search), escape="\\"),
+            )
+            .order_by(messages.c.timestamp, messages.c.id)
+        )
+        found: dict[str, Message] = {}
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                found.setdefault(row.task_id, _message(row))
+        return found
+
     def last_user_message(self, task_id: str) -> Message | None:
         query = (
             sa.select(messages)
@@ -203,6 +245,12 @@ class InboxRepository:
         with self.engine.connect() as conn:
             row = conn.execute(query).first()
         return _message(row) if row is not None else None
+
+
+def _like_pattern(text: str) -> str:
+    """``%text%`` with LIKE's wildcards in ``text`` escaped (escape character ``\\``)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 def _task_row(task: Task) -> dict[str, Any]:

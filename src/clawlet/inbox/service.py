@@ -32,6 +32,43 @@ MAX_TITLE_CHARS = 200
 FOLLOW_UP_FROM: tuple[TaskStatus, ...] = ("completed", "failed", "waiting")
 
 
+PREVIEW_CHARS = 140
+SNIPPET_CONTEXT = 30
+
+
+@dataclass(frozen=True)
+class TaskListing:
+    """A task as the list shows it: the seed's Task plus ``lastMessage`` (a preview of its newest
+    message) and, for a search, ``match`` (a snippet of the first matching message)."""
+
+    task: Task
+    last_message: Message | None
+    match: Message | None = None
+
+    def to_json(self, search: str | None = None) -> dict[str, Any]:
+        data = self.task.to_json()
+        if self.last_message is not None:
+            data["lastMessage"] = {
+                "senderType": self.last_message.sender_type,
+                "content": self.last_message.content[:PREVIEW_CHARS],
+                "timestamp": self.last_message.timestamp,
+            }
+        if self.match is not None and search:
+            data["match"] = {"messageId": self.match.id, "snippet": snippet(self.match.content, search)}
+        return data
+
+
+def snippet(content: str, search: str) -> str:
+    """The text around the first occurrence of ``search`` (case-insensitive), on one line."""
+    flat = " ".join(content.split())
+    at = flat.lower().find(search.lower())
+    if at < 0:
+        return flat[: SNIPPET_CONTEXT * 2]
+    start = max(0, at - SNIPPET_CONTEXT)
+    end = min(len(flat), at + len(search) + SNIPPET_CONTEXT)
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
 class UnknownAgent(LookupError):
     def __init__(self, agent_id: str) -> None:
         super().__init__(f"no agent {agent_id!r} in openclaw.json (main and the agents it may delegate to)")
@@ -64,11 +101,21 @@ class InboxService:
         return task
 
     async def list_tasks(
-        self, agent_id: str | None, statuses: Sequence[TaskStatus], limit: int
-    ) -> list[Task]:
-        return await asyncio.to_thread(
-            self.repository.list_tasks, agent_id=agent_id, statuses=statuses, limit=limit
-        )
+        self, agent_id: str | None, statuses: Sequence[TaskStatus], limit: int, search: str | None = None
+    ) -> list[TaskListing]:
+        """Tasks in list order, each with its newest message (the preview) and, when searching,
+        the first message that matched."""
+
+        def load() -> list[TaskListing]:
+            found = self.repository.list_tasks(
+                agent_id=agent_id, statuses=statuses, limit=limit, search=search
+            )
+            ids = [task.id for task in found]
+            last = self.repository.last_messages(ids)
+            matches = self.repository.first_matches(ids, search) if search else {}
+            return [TaskListing(task, last.get(task.id), matches.get(task.id)) for task in found]
+
+        return await asyncio.to_thread(load)
 
     async def get_task(self, task_id: str) -> Task:
         return await asyncio.to_thread(self.repository.require_task, task_id)

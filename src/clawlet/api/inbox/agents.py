@@ -26,6 +26,7 @@ class CreateAgent(BaseModel):
     id: str = Field(min_length=1, max_length=64)
     name: str = Field(min_length=1, max_length=100)
     model: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=500)
 
 
 def _stamp(inbox: InboxService) -> int:
@@ -43,7 +44,9 @@ def _agent_json(agent: AgentInfo, stamp: int, task_count: int) -> dict[str, Any]
 
 @router.post("/agents", status_code=201)
 async def create_agent(body: CreateAgent, inbox: InboxDep) -> dict[str, Any]:
-    agent = await asyncio.to_thread(inbox.agents.create_agent, body.id, body.name, body.model)
+    agent = await asyncio.to_thread(
+        inbox.agents.create_agent, body.id, body.name, body.model, body.description
+    )
     return _agent_json(agent, _stamp(inbox), 0)
 
 

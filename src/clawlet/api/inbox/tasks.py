@@ -1,7 +1,8 @@
 """``/api/v1/tasks``: create (and run), list, get, rename, cancel, delete; messages list and send.
 
-Response shapes follow the seed exactly: a list is a plain ``Task[]``; sending a message answers
-``{"ok": true}`` (the agent's reply arrives later over SSE).
+Response shapes follow the seed exactly: a list is a plain ``Task[]`` (each also carrying a
+``lastMessage`` preview, and a ``match`` snippet when searching with ``q``); sending a message
+answers ``{"ok": true}`` (the agent's reply arrives later over SSE).
 """
 
 from __future__ import annotations
@@ -81,9 +82,11 @@ async def list_tasks(
     agent_id: Annotated[str | None, Query(alias="agentId", max_length=64)] = None,
     status: Annotated[str | None, Query(description="a status, or several separated by commas")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 50,
+    q: Annotated[str | None, Query(max_length=200, description="search titles and messages")] = None,
 ) -> list[dict[str, Any]]:
-    tasks = await inbox.list_tasks(agent_id or None, _statuses(status), limit)
-    return [task.to_json() for task in tasks]
+    search = q.strip() if q and q.strip() else None
+    listed = await inbox.list_tasks(agent_id or None, _statuses(status), limit, search)
+    return [item.to_json(search) for item in listed]
 
 
 @router.get("/tasks/{task_id}")
