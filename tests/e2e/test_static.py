@@ -49,3 +49,20 @@ def test_unbuilt_ui_answers_a_plain_page_with_build_instructions(tmp_path: Path)
     assert response.status_code == 200
     assert "scripts/setup" in response.text
     assert "npm run build" in response.text
+
+
+def test_the_inbox_has_its_own_page_and_public_files(tmp_path: Path) -> None:
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "index.html").write_text("<!doctype html><div id=root>workbench</div>", encoding="utf-8")
+    (tmp_path / "inbox.html").write_text("<!doctype html><div id=root>inbox</div>", encoding="utf-8")
+    (tmp_path / "inbox" / "sw.js").write_text("self.addEventListener('fetch', () => {})", encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("no", encoding="utf-8")
+    client = make_client(tmp_path)
+    for path in ("/inbox", "/inbox/", "/inbox/agents/main", "/inbox/agents/main/tasks/01ABC"):
+        response = client.get(path)
+        assert response.status_code == 200 and ">inbox<" in response.text, path
+    worker = client.get("/inbox/sw.js")
+    assert worker.status_code == 200 and "addEventListener" in worker.text
+    assert worker.headers["cache-control"] == "no-cache"
+    assert ">inbox<" in client.get("/inbox/..%2Fsecret.txt").text  # never a file outside inbox/
+    assert ">workbench<" in client.get("/sessions/x").text

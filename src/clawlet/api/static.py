@@ -1,8 +1,11 @@
-"""Serve the built workbench UI (``web/`` → ``src/clawlet/web``) at ``/``.
+"""Serve the built web UIs (``web/`` → ``src/clawlet/web``): the workbench at ``/`` and the
+mobile task inbox at ``/inbox``.
 
-``/`` and any unknown path outside ``/api`` and ``/v1`` answer ``index.html`` (a single-page app);
-``/assets/*`` are Vite's content-hashed files and are cached for a year. When the UI has not been
-built, ``/`` answers a short plain page that says how to build it instead of failing.
+``/`` and any unknown path outside ``/api``, ``/v1`` and ``/inbox`` answer ``index.html`` (a
+single-page app); ``/inbox`` and its sub-paths answer ``inbox.html``, except files that exist in
+``inbox/`` (the inbox's service worker, web app manifest and icons, served uncached so updates
+reach installed apps). ``/assets/*`` are Vite's content-hashed files and are cached for a year.
+When a UI has not been built, it answers a short plain page that says how to build it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 ASSET_CACHE = "public, max-age=31536000, immutable"
-RESERVED_PREFIXES = ("api", "v1")
+RESERVED_PREFIXES = ("api", "v1", "inbox")
 
 NOT_BUILT = """<!doctype html>
 <html><head><meta charset="utf-8"><title>clawlet</title></head>
@@ -27,16 +30,16 @@ NOT_BUILT = """<!doctype html>
 """
 
 
-def _index(web_dir: Path) -> Response:
-    index = web_dir / "index.html"
+def _index(web_dir: Path, page: str = "index.html") -> Response:
+    index = web_dir / page
     if not index.is_file():
         return HTMLResponse(NOT_BUILT)
     return FileResponse(index, media_type="text/html", headers={"Cache-Control": "no-cache"})
 
 
-def _asset(web_dir: Path, relative: str) -> Path | None:
-    """The file under ``web_dir/assets`` for ``relative``, or None (never outside the directory)."""
-    root = (web_dir / "assets").resolve()
+def _asset(web_dir: Path, relative: str, folder: str = "assets") -> Path | None:
+    """The file under ``web_dir/folder`` for ``relative``, or None (never outside the directory)."""
+    root = (web_dir / folder).resolve()
     candidate = (root / relative).resolve()
     if not candidate.is_relative_to(root) or not candidate.is_file():
         return None
@@ -57,6 +60,17 @@ def install_static(app: FastAPI, web_dir: Path = WEB_DIR) -> None:
     @router.get("/")
     def index() -> Response:
         return _index(web_dir)
+
+    @router.get("/inbox")
+    def inbox() -> Response:
+        return _index(web_dir, "inbox.html")
+
+    @router.get("/inbox/{rest:path}")
+    def inbox_page(rest: str) -> Response:
+        path = _asset(web_dir, rest, "inbox") if rest else None
+        if path is not None:
+            return FileResponse(path, headers={"Cache-Control": "no-cache"})
+        return _index(web_dir, "inbox.html")
 
     @router.get("/{rest:path}")
     def spa(rest: str) -> Response:
