@@ -1,13 +1,20 @@
-"""What the benchmarks share: a clawlet server in a thread and the nearest-rank percentile."""
+"""What the benchmarks share: a clawlet server in a thread or a ``clawlet serve`` child process,
+and the nearest-rank percentile."""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import uvicorn
 
 REPO_SRC = Path(__file__).resolve().parent.parent / "src"
@@ -53,3 +60,134 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+# -- a `clawlet serve` subprocess (its own interpreter, so the client does not share its GIL) ------
+
+_INHERITED_SETTINGS = ("CLAWLET_", "OPENCLAW_")
+_ALIASED_SETTINGS = {
+    "API_KEY",
+    "API_KEYS",
+    "DATABASE_URL",
+    "WORKSPACE_BASE",
+    "DEEPSEEK_API_KEY",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_MODEL",
+}
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the server binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ClawletProcess:
+    """``clawlet serve`` in a child process on a free loopback port, with a throw-away home.
+
+    The child gets a clean environment for clawlet's settings: no inherited ``CLAWLET_*`` /
+    ``OPENCLAW_*`` / provider keys, the offline demo model, ``CLAWLET_HOME=home``,
+    ``OPENCLAW_CONFIG_PATH=openclaw_config`` (default ``home/openclaw.json``), and the home as its
+    working directory (so no stray ``.env`` is read). Its output goes to ``home/serve.log``.
+    Use as a context manager; :meth:`stop` interrupts it (SIGINT, uvicorn's graceful shutdown),
+    then terminates and finally kills it if it does not exit.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        openclaw_config: Path | None = None,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.home = home
+        self.openclaw_config = openclaw_config or home / "openclaw.json"
+        self.extra_env = env or {}
+        self.start_timeout = start_timeout
+        self.port = 0
+        self.url = ""
+        self.log_file = home / "serve.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _env(self) -> dict[str, str]:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(_INHERITED_SETTINGS) and key not in _ALIASED_SETTINGS
+        }
+        env.update(
+            CLAWLET_HOME=str(self.home),
+            OPENCLAW_CONFIG_PATH=str(self.openclaw_config),
+            CLAWLET_PROVIDER="demo",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_SRC), os.environ.get("PYTHONPATH")])),
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> str:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "clawlet", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        with open(self.log_file, "wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.home,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl+C reaches only the benchmark, which stops us in order
+            )
+        deadline = time.monotonic() + self.start_timeout
+        with httpx.Client(timeout=2) as client:
+            while True:
+                if self.process.poll() is not None:
+                    code = self.process.returncode
+                    raise RuntimeError(f"clawlet serve exited with {code}:\n{self.log_tail()}")
+                try:
+                    if client.get(f"{self.url}/health/ready").status_code == 200:
+                        return self.url
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"clawlet serve did not become ready in {self.start_timeout:g} s")
+                time.sleep(0.1)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        steps: list[tuple[Callable[[], None], float]] = [
+            (lambda: process.send_signal(signal.SIGINT), 15.0),  # graceful: lifespan shutdown runs
+            (process.terminate, 5.0),
+            (process.kill, 5.0),
+        ]
+        for send, wait in steps:
+            try:
+                send()
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> ClawletProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

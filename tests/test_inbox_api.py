@@ -477,3 +477,22 @@ def test_agent_descriptions_are_kept_in_openclaw_json(server: LiveServer, settin
         assert too_long.status_code == 422
     written = json.loads(settings.openclaw_config_file.read_text(encoding="utf-8"))
     assert written["agents"]["entries"]["travel"]["description"] == "订机票和酒店"
+
+
+def test_runs_are_limited_and_queued_tasks_wait_as_pending(
+    live_server: Callable[..., LiveServer], settings: Settings
+) -> None:
+    server = live_server(settings.model_copy(update={"inbox_max_running": 1}), demo_token_delay=0.02)
+    with api(server) as client, SseClient(server.url + "/api/v1/events") as events:
+        ids = [client.post("/tasks", json={"content": f"task {n} " * 6}).json()["id"] for n in range(3)]
+        wait_until(lambda: task_status(client, ids[0]) == "running")
+        assert [task_status(client, task_id) for task_id in ids[1:]] == ["pending", "pending"]
+        assert client.delete(f"/tasks/{ids[2]}").status_code == 204  # a queued task goes at once
+        for task_id in ids[:2]:
+            wait_status(client, task_id, "completed")
+        running_now = 0
+        for name, data in events.events:
+            if name == "task.updated":
+                running_now += 1 if data["status"] == "running" else -1
+                assert running_now <= 1, "two tasks ran at once"
+        assert ids[2] not in {d["id"] for n, d in events.events if n == "task.updated"}

@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     openclaw_gateway_timeout: int = Field(default=300_000, ge=1, validation_alias="OPENCLAW_GATEWAY_TIMEOUT")
     #: seconds of silence after which an inbox SSE stream sends a ``heartbeat`` event
     inbox_heartbeat_seconds: float = Field(default=30.0, gt=0)
+    #: inbox tasks running at once; more wait as ``pending``
+    inbox_max_running: int = Field(default=8, ge=1)
 
     # -- clawlet as a gateway --------------------------------------------------------------------
     #: token OpenClaw clients must send in ``connect``; default: the API tokens (none on loopback)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clawlet import __version__
 from clawlet.api import gateway_ws, health, native, process
@@ -23,7 +25,7 @@ from clawlet.config import Settings
 from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
 from clawlet.home import init_home
 from clawlet.inbox.service import build_inbox
-from clawlet.logs import request_logging
+from clawlet.logs import RequestLogging
 from clawlet.services import Services, Workspaces, build_services
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,43 @@ def token_matches(accepted: list[str], authorization: str | None) -> bool:
     for token in accepted:
         matched |= hmac.compare_digest(supplied, token.encode())
     return matched
+
+
+class TokenGuard:
+    """ASGI middleware: ``/api/*``, ``/v1/*`` and ``/process`` need ``Authorization: Bearer
+    <token>`` (each surface answers 401 in its own error format); other paths pass. Plain ASGI, so
+    streamed responses are not copied through an extra stream."""
+
+    def __init__(self, app: ASGIApp, tokens: list[str]) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        guarded = scope["type"] == "http" and (
+            path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process"
+        )
+        if not guarded or token_matches(self.tokens, Headers(scope=scope).get("authorization")):
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        log.warning(
+            "auth failure: %s %s from %s",
+            scope.get("method", ""),
+            path,
+            client[0] if client else "?",
+            extra={"event": "auth_failure", "path": path},
+        )
+        response: Response
+        if path.startswith(OPENAI_PREFIX) or path == "/process":
+            response = openai_error("missing or invalid API key", 401, code="invalid_api_key")
+        else:
+            response = JSONResponse(
+                error_body("unauthorized", "missing or wrong bearer token"),
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        await response(scope, receive, send)
 
 
 def create_app(
@@ -77,30 +116,7 @@ def create_app(
     install_error_handlers(app)
 
     if settings.accepted_tokens:
-        expected = settings.accepted_tokens
-
-        @app.middleware("http")
-        async def require_token(
-            request: Request, call_next: Callable[[Request], Awaitable[Response]]
-        ) -> Response:
-            path = request.url.path
-            guarded = path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process"
-            if guarded and not token_matches(expected, request.headers.get("authorization")):
-                log.warning(
-                    "auth failure: %s %s from %s",
-                    request.method,
-                    path,
-                    request.client.host if request.client else "?",
-                    extra={"event": "auth_failure", "path": path},
-                )
-                if path.startswith(OPENAI_PREFIX) or path == "/process":
-                    return openai_error("missing or invalid API key", 401, code="invalid_api_key")
-                return JSONResponse(
-                    error_body("unauthorized", "missing or wrong bearer token"),
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            return await call_next(request)
+        app.add_middleware(TokenGuard, tokens=settings.accepted_tokens)
 
     for module in (chat, sessions, compress, skills, files, tokens, config_api):
         app.include_router(module.router, prefix="/api")
@@ -112,5 +128,5 @@ def create_app(
     app.include_router(health.router)  # public, like the seed's; /health/live never needs a token
     install_static(app)
     # Added last, so it wraps everything above: every request (auth failures included) gets an id.
-    app.middleware("http")(request_logging)
+    app.add_middleware(RequestLogging)
     return app

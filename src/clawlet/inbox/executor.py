@@ -27,6 +27,7 @@ from clawlet.inbox.states import InvalidTransition, TaskStatus
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 0.25
+DEFAULT_MAX_RUNNING = 8
 SHUTDOWN_GRACE = 5.0
 RESTART_MESSAGE = (
     "clawlet stopped while this task was running, so its reply was lost. Send a message to try again."
@@ -44,12 +45,15 @@ class TaskExecutor:
         broadcaster: EventBroadcaster,
         backend: ExecutionBackend,
         clock: Callable[[], int] = now_ms,
+        max_running: int = DEFAULT_MAX_RUNNING,
     ) -> None:
         self.repository = repository
         self.broadcaster = broadcaster
         self.backend = backend
         self.clock = clock
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(max_running)
+        self._holding: set[str] = set()  # tasks whose run has a slot (the others are queued)
         self._stopping = False
 
     def is_running(self, task_id: str) -> bool:
@@ -57,7 +61,8 @@ class TaskExecutor:
 
     def start(self, task_id: str, content: str, message_id: str, *, from_pending: bool) -> None:
         """Run ``content`` for the task in the background. ``from_pending``: the task is new and
-        the executor moves it to ``running`` itself (a follow-up already moved it)."""
+        the executor moves it to ``running`` itself (a follow-up already moved it). At most
+        ``max_running`` runs go at once; a new task waits as ``pending`` for a free slot."""
         self._runs[task_id] = asyncio.create_task(
             self._execute(task_id, content, message_id, from_pending), name=f"inbox-task-{task_id}"
         )
@@ -68,6 +73,17 @@ class TaskExecutor:
         return task
 
     async def _execute(self, task_id: str, content: str, message_id: str, from_pending: bool) -> None:
+        try:
+            async with self._slots:
+                self._holding.add(task_id)
+                await self._run_holding_slot(task_id, content, message_id, from_pending)
+        finally:
+            self._holding.discard(task_id)
+            self._runs.pop(task_id, None)
+
+    async def _run_holding_slot(
+        self, task_id: str, content: str, message_id: str, from_pending: bool
+    ) -> None:
         try:
             if from_pending:
                 task = await self._transition(task_id, "running")
@@ -96,8 +112,6 @@ class TaskExecutor:
             with suppress(Exception):
                 await self._finish(task_id, Outcome("error", "", RESTART_MESSAGE))
             raise
-        finally:
-            self._runs.pop(task_id, None)
 
     async def _finish(self, task_id: str, outcome: Outcome) -> None:
         if outcome.state == "final":
@@ -142,6 +156,11 @@ class TaskExecutor:
         run = self._runs.get(task.id)
         if run is None:
             return
+        if task.id not in self._holding:  # still queued for a slot: nothing started yet
+            run.cancel()
+            with suppress(asyncio.CancelledError):
+                await run
+            return
         await self.backend.abort(task)
         with suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(asyncio.shield(run), timeout=SHUTDOWN_GRACE)
@@ -149,10 +168,10 @@ class TaskExecutor:
     async def recover(self) -> None:
         """After a restart: tasks left ``running`` lost their run → ``failed`` with a message
         saying so; tasks still ``pending`` never started → start them now."""
-        for task in await asyncio.to_thread(self.repository.tasks_with_status, ["running"]):
-            await self.add_agent_message(task.id, f"⚠️ {RESTART_MESSAGE}")
-            with suppress(TaskNotFound, InvalidTransition):
-                await self._transition(task.id, "failed")
+        for task in await asyncio.to_thread(
+            self.repository.fail_running, self.clock(), f"⚠️ {RESTART_MESSAGE}"
+        ):
+            self.broadcaster.publish("task.updated", task.to_json(), task.id)
         for task in await asyncio.to_thread(self.repository.tasks_with_status, ["pending"]):
             message = await asyncio.to_thread(self.repository.last_user_message, task.id)
             if message is not None:

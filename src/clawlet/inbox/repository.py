@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from clawlet.inbox.db import messages, tasks
+from clawlet.inbox.ids import new_ulid
 from clawlet.inbox.models import Message, Task
 from clawlet.inbox.states import FINISHED, STATUS_PRIORITY, InvalidTransition, TaskStatus, sources_of
 
@@ -177,6 +178,26 @@ class InboxRepository:
 
     def touch(self, task_id: str, now: int, conn: Connection) -> None:
         conn.execute(tasks.update().where(tasks.c.id == task_id).values(updated_at=now))
+
+    def fail_running(self, now: int, content: str) -> list[Task]:
+        """Mark every ``running`` task ``failed`` and give each an agent message saying why, in
+        one transaction (after a restart, their runs are gone)."""
+        with self.engine.begin() as conn:
+            failed = [
+                _task(row)
+                for row in conn.execute(
+                    tasks.update()
+                    .where(tasks.c.status == "running")
+                    .values(status="failed", updated_at=now, completed_at=now)
+                    .returning(*tasks.c)
+                )
+            ]
+            if failed:
+                conn.execute(
+                    messages.insert(),
+                    [_message_row(Message(new_ulid(now), task.id, "agent", content, now)) for task in failed],
+                )
+        return failed
 
     def delete_task(self, task_id: str) -> bool:
         """Delete a task and (by cascade) its messages; False if there was none."""

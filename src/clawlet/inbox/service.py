@@ -198,5 +198,7 @@ def build_inbox(settings: Settings, workspaces: Workspaces) -> InboxService:
     migrate(engine)
     repository = InboxRepository(engine)
     broadcaster = EventBroadcaster(settings.inbox_heartbeat_seconds)
-    executor = TaskExecutor(repository, broadcaster, build_backend(settings, workspaces))
+    executor = TaskExecutor(
+        repository, broadcaster, build_backend(settings, workspaces), max_running=settings.inbox_max_running
+    )
     return InboxService(repository, broadcaster, OpenClawAgents(settings.openclaw_config_file), executor)
