@@ -211,7 +211,7 @@ def test_check_requirements_with_a_fake_machine() -> None:
     environ = {"EMPTY": "", "SET": "1"}
     ok, missing = check_requirements(entry, which=fake_which("python3"), environ=environ)
     assert ok is False
-    assert missing == ["binary:jq", "anyBinary:rg|grep", "env:API_KEY", "env:EMPTY"]
+    assert missing == ["bin:jq", "anyBin:rg|grep", "env:API_KEY", "env:EMPTY"]
     everything = {"API_KEY": "k", "EMPTY": "x", "SET": "1"}
     assert check_requirements(entry, which=fake_which("python3", "jq", "grep"), environ=everything) == (
         True,
@@ -223,7 +223,7 @@ def test_check_requirements_with_a_fake_machine() -> None:
 def test_check_requirements_accepts_a_raw_seed_entry_and_checks_os() -> None:
     raw = {"id": "mac", "requires": {"binaries": ["jq"], "env_vars": ["TOKEN"], "os": ["darwin"]}}
     ok, missing = check_requirements(raw, which=fake_which(), environ={}, platform="linux")
-    assert (ok, missing) == (False, ["binary:jq", "env:TOKEN", "os:darwin"])
+    assert (ok, missing) == (False, ["bin:jq", "env:TOKEN", "os:darwin"])
     ok, missing = check_requirements(raw, which=fake_which("jq"), environ={"TOKEN": "t"}, platform="darwin")
     assert (ok, missing) == (True, [])
 
@@ -270,14 +270,14 @@ def test_available_skills_block_matches_the_seeds_format(tmp_path: Path) -> None
         "  </skill>\n"
         "</available_skills>\n"
         "\n"
-        "当任务匹配某个技能时，先用 read_skill_file 工具读取对应的 SKILL.md 获取完整指南。\n"
-        "如需执行技能中的脚本，使用 bash 工具运行。脚本位于技能目录的 scripts/ 下。\n"
+        "当任务匹配某个技能时，先用 read_file 工具读取对应的 SKILL.md 获取完整指南。\n"
+        "如需执行技能中的脚本，使用 terminal 工具运行。脚本位于技能目录的 scripts/ 下。\n"
     )
     assert "needs-key" not in block
     renamed = available_skills_block(
-        entries[:1], cache_dir, which=fake_which(), environ={}, read_tool="read_file", shell_tool="terminal"
+        entries[:1], cache_dir, which=fake_which(), environ={}, read_tool="read_skill_file", shell_tool="bash"
     )
-    assert "先用 read_file 工具" in renamed and "使用 terminal 工具运行" in renamed
+    assert "先用 read_skill_file 工具" in renamed and "使用 bash 工具运行" in renamed
 
 
 def test_available_skills_block_escapes_and_flattens(tmp_path: Path) -> None:

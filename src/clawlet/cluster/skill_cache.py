@@ -63,6 +63,7 @@ from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.skills.scanner import unmet_requirements
 from clawlet.storage import atomic_write_bytes, atomic_write_json
 
 if sys.platform != "win32":
@@ -95,8 +96,9 @@ _UNLOCKED_LEFTOVER_AGE = 3600.0
 _TEXT_ENCODINGS = frozenset({"utf-8", "utf8"})
 _DRIVE = re.compile(r"[A-Za-z]:")
 
-READ_TOOL = "read_skill_file"
-SHELL_TOOL = "bash"
+# clawlet's own tool names (the seed's text says read_skill_file and bash, tools clawlet lacks)
+READ_TOOL = "read_file"
+SHELL_TOOL = "terminal"
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -333,19 +335,21 @@ def check_requirements(
 ) -> tuple[bool, list[str]]:
     """(all met, what is missing) for one entry on this machine.
 
-    Missing items read ``binary:<name>``, ``anyBinary:<a>|<b>`` (none of them found),
-    ``env:<NAME>`` (unset or empty) and ``os:<a>|<b>`` (this platform is not listed).
+    Missing items are labelled as for local skills (``bin:``, ``anyBin:``, ``env:``, ``os:``; see
+    :func:`clawlet.skills.scanner.unmet_requirements`, the one check both use).
     """
     if not isinstance(entry, SkillIndexEntry):
         entry = SkillIndexEntry.from_dict(entry)
     requires = entry.requires
-    missing = [f"binary:{binary}" for binary in requires.bins if not which(binary)]
-    if requires.any_bins and not any(which(binary) for binary in requires.any_bins):
-        missing.append("anyBinary:" + "|".join(requires.any_bins))
-    missing += [f"env:{variable}" for variable in requires.env if not environ.get(variable)]
-    platform_name = "win32" if platform == "cygwin" else platform
-    if requires.os and platform_name not in requires.os:
-        missing.append("os:" + "|".join(requires.os))
+    missing = unmet_requirements(
+        requires.bins,
+        requires.any_bins,
+        requires.env,
+        requires.os,
+        which=which,
+        environ=environ,
+        platform=platform,
+    )
     return not missing, missing
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,26 +98,39 @@ def _as_list(value: Any) -> list[str]:
     raise SkillError(f"expected a list, got {type(value).__name__}")
 
 
+def unmet_requirements(
+    bins: Sequence[str] = (),
+    any_bins: Sequence[str] = (),
+    env: Sequence[str] = (),
+    systems: Sequence[str] = (),
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    environ: Mapping[str, str] = os.environ,
+    platform: str = sys.platform,
+) -> list[str]:
+    """What this machine lacks, as ``bin:<name>``, ``anyBin:<a>|<b>`` (none found), ``env:<NAME>``
+    (unset or empty) and ``os:<a>|<b>`` (this platform not listed). The one requirement check,
+    for local skills and for the skill index of cluster mode."""
+    missing = [f"bin:{binary}" for binary in bins if not which(binary)]
+    if any_bins and not any(which(binary) for binary in any_bins):
+        missing.append("anyBin:" + "|".join(any_bins))
+    missing += [f"env:{variable}" for variable in env if not environ.get(variable)]
+    if systems and _PLATFORM_NAMES.get(platform, platform) not in systems:
+        missing.append(f"os:{'|'.join(systems)}")
+    return missing
+
+
 def missing_requirements(meta: dict[str, Any]) -> list[str]:
     """What this machine lacks for a skill: binaries, environment variables, OS."""
-    missing: list[str] = []
     requires = meta.get("requires") or {}
     if not isinstance(requires, dict):
         raise SkillError("metadata.openclaw.requires must be a mapping")
-    for binary in _as_list(requires.get("bins")):
-        if shutil.which(binary) is None:
-            missing.append(f"bin:{binary}")
-    any_bins = _as_list(requires.get("anyBins"))
-    if any_bins and not any(shutil.which(binary) for binary in any_bins):
-        missing.append("anyBin:" + "|".join(any_bins))
-    for variable in _as_list(requires.get("env")):
-        if not os.environ.get(variable):
-            missing.append(f"env:{variable}")
-    systems = _as_list(meta.get("os"))
-    platform = _PLATFORM_NAMES.get(sys.platform, sys.platform)
-    if systems and platform not in systems:
-        missing.append(f"os:{'|'.join(systems)}")
-    return missing
+    return unmet_requirements(
+        _as_list(requires.get("bins")),
+        _as_list(requires.get("anyBins")),
+        _as_list(requires.get("env")),
+        _as_list(meta.get("os")),
+    )
 
 
 def parse_skill(path: Path, root: Path) -> Skill:
