@@ -13,13 +13,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright, sync_playwright
 
 from tests.conftest import PROVIDER_ENV
 
@@ -174,3 +175,47 @@ def screenshot(page: Page, name: str) -> Path:
     page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
     return path
+
+
+MOBILE = {
+    "viewport": {"width": 390, "height": 844},
+    "is_mobile": True,
+    "has_touch": True,
+    "device_scale_factor": 2,
+}
+
+
+@pytest.fixture
+def new_mobile_page(
+    browser: Browser, server: Server, page_errors: PageErrors
+) -> Iterator[Callable[..., Page]]:
+    """Make pages in fresh phone-sized (390×844, touch) contexts; options override the defaults
+    (English, service workers blocked so ``page.route`` sees every request). Console errors fail
+    the test, as with ``page``."""
+    contexts: list[BrowserContext] = []
+
+    def make(**options: Any) -> Page:
+        context = browser.new_context(**{**MOBILE, "locale": "en-US", "service_workers": "block", **options})
+        contexts.append(context)
+        page = context.new_page()
+
+        def on_console(message: ConsoleMessage) -> None:
+            if message.type == "error":
+                page_errors.messages.append(f"console: {message.text}")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda error: page_errors.messages.append(f"pageerror: {error}"))
+        page.set_default_timeout(15_000)
+        return page
+
+    try:
+        yield make
+    finally:
+        for context in contexts:
+            context.close()
+    assert page_errors.unexpected() == [], "errors in the browser console"
+
+
+@pytest.fixture
+def mobile_page(new_mobile_page: Callable[..., Page]) -> Page:
+    return new_mobile_page()

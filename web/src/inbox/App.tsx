@@ -1,0 +1,41 @@
+// The inbox app: three pages under /inbox (seed §2.1), the store with its global SSE connection
+// around them, a notice line for errors and confirmations, and an error boundary around it all.
+import { BrowserRouter, Route, Routes } from 'react-router-dom'
+import { ErrorBoundary } from './components/ErrorBoundary'
+import { AgentInboxPage } from './pages/AgentInboxPage'
+import { AgentListPage } from './pages/AgentListPage'
+import { NotFoundPage } from './pages/NotFoundPage'
+import { TaskDetailPage } from './pages/TaskDetailPage'
+import { InboxProvider, useInbox } from './lib/store'
+
+export const BASENAME = '/inbox'
+
+function NoticeLine() {
+  const { state, dispatch, t } = useInbox()
+  if (!state.notice) return null
+  const error = state.notice.kind === 'error'
+  return (
+    <div className={`toast ${state.notice.kind}`} role={error ? 'alert' : 'status'} data-testid="notice">
+      <span>{state.notice.text}</span>
+      <button type="button" className="link-btn" onClick={() => dispatch({ type: 'NOTICE', notice: null })}>{t('dismiss')}</button>
+    </div>
+  )
+}
+
+export default function App() {
+  return (
+    <ErrorBoundary>
+      <BrowserRouter basename={BASENAME}>
+        <InboxProvider>
+          <Routes>
+            <Route path="/" element={<AgentListPage />} />
+            <Route path="/agents/:agentId" element={<AgentInboxPage />} />
+            <Route path="/agents/:agentId/tasks/:taskId" element={<TaskDetailPage />} />
+            <Route path="*" element={<NotFoundPage />} />
+          </Routes>
+          <NoticeLine />
+        </InboxProvider>
+      </BrowserRouter>
+    </ErrorBoundary>
+  )
+}

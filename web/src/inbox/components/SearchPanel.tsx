@@ -1,0 +1,107 @@
+// Search across task titles and messages (GET /api/v1/tasks?q=), for one agent or all of them.
+// Matches are highlighted in the title and in the server's snippet of the matching message.
+import { Fragment, useEffect, useRef, useState } from 'react'
+import type { ReactNode } from 'react'
+import { Link } from 'react-router-dom'
+import { api } from '../lib/api'
+import { errorText, relativeTime } from '../lib/i18n'
+import { useInbox, useNow } from '../lib/store'
+import type { Task } from '../lib/types'
+import { CloseIcon, SearchIcon } from './Icons'
+import { TaskStatusBadge } from './TaskStatusBadge'
+import { plainPreview } from './TaskItem'
+
+/** `text` with each case-insensitive occurrence of `query` in a <mark>. */
+export function highlight(text: string, query: string): ReactNode {
+  const needle = query.trim().toLowerCase()
+  if (!needle) return text
+  const out: ReactNode[] = []
+  const lower = text.toLowerCase()
+  let from = 0
+  for (let at = lower.indexOf(needle); at >= 0; at = lower.indexOf(needle, from)) {
+    out.push(text.slice(from, at), <mark key={at}>{text.slice(at, at + needle.length)}</mark>)
+    from = at + needle.length
+  }
+  out.push(text.slice(from))
+  return <>{out.map((part, index) => <Fragment key={index}>{part}</Fragment>)}</>
+}
+
+export function SearchPanel({ agentId, onClose }: { agentId?: string; onClose: () => void }) {
+  const { state, t } = useInbox()
+  const now = useNow()
+  const [query, setQuery] = useState('')
+  const [results, setResults] = useState<Task[] | null>(null)
+  const [error, setError] = useState('')
+  const [busy, setBusy] = useState(false)
+  const request = useRef(0)
+
+  useEffect(() => {
+    const q = query.trim()
+    const id = ++request.current
+    if (!q) {
+      setResults(null)
+      setBusy(false)
+      return
+    }
+    setBusy(true)
+    const timer = setTimeout(() => {
+      api.tasks({ agentId, q, limit: 50 }).then(
+        (found) => {
+          if (request.current !== id) return
+          setResults(found.filter((task) => !state.deleted[task.id]))
+          setError('')
+          setBusy(false)
+        },
+        (failure) => {
+          if (request.current !== id) return
+          setError(errorText(t, failure))
+          setBusy(false)
+        },
+      )
+    }, 250)
+    return () => clearTimeout(timer)
+  }, [query, agentId])
+
+  const agentName = (id: string) => state.agents.find((agent) => agent.id === id)?.name ?? id
+  const q = query.trim()
+  return (
+    <section className="search" data-testid="search-panel">
+      <div className="search-box">
+        <SearchIcon />
+        <input type="search" autoFocus value={query} onChange={(event) => setQuery(event.target.value)}
+          placeholder={agentId ? t('searchPlaceholder') : t('searchAllPlaceholder')} aria-label={t('search')}
+          data-testid="search-input" enterKeyHint="search"
+          onKeyDown={(event) => event.key === 'Escape' && onClose()} />
+        <button type="button" className="icon-btn" onClick={onClose} aria-label={t('searchClose')} data-testid="search-close">
+          <CloseIcon />
+        </button>
+      </div>
+      {busy && <p className="muted center small">{t('searching')}</p>}
+      {error && <p className="form-error" role="alert">{error}</p>}
+      {!busy && results && results.length === 0 && (
+        <p className="empty" data-testid="search-empty">{t('noResults', { q })}</p>
+      )}
+      {results && results.length > 0 && (
+        <ul className="task-list" data-testid="search-results">
+          {results.map((task) => (
+            <li key={task.id} className="task-row" data-testid="search-result" data-task-id={task.id}>
+              <Link className="task-link" to={`/agents/${encodeURIComponent(task.agentId)}/tasks/${encodeURIComponent(task.id)}`}>
+                <div className="task-line">
+                  <span className="task-title">{highlight(task.title, q)}</span>
+                  <TaskStatusBadge status={task.status} />
+                </div>
+                <div className="task-line sub">
+                  <span className="task-preview" data-testid="search-snippet">
+                    {!agentId && <span className="you">{agentName(task.agentId)} · </span>}
+                    {highlight(task.match?.snippet ?? plainPreview(task.lastMessage?.content ?? ''), q)}
+                  </span>
+                  <time className="task-time">{relativeTime(state.lang, task.updatedAt, now)}</time>
+                </div>
+              </Link>
+            </li>
+          ))}
+        </ul>
+      )}
+    </section>
+  )
+}

@@ -1,0 +1,108 @@
+// The inbox's client for clawlet's /api/v1. Errors become ApiError with the server's code and
+// message ({"error": {"code", "message", "details"}}); a network failure has code "network".
+import type { Agent, Message, Model, Task, TaskStatus } from './types'
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details?: unknown,
+  ) {
+    super(message)
+    this.name = 'ApiError'
+  }
+}
+
+/** Where answers came from: the server, the service worker's offline cache, or nowhere. */
+export type Reachability = 'online' | 'cached' | 'unreachable'
+type Listener = (state: Reachability) => void
+let listener: Listener | null = null
+export function onReachability(fn: Listener | null): void {
+  listener = fn
+}
+
+export const API_BASE = '/api/v1'
+
+async function failure(response: Response): Promise<ApiError> {
+  let code = 'http_error'
+  let message = `${response.status} ${response.statusText}`.trim()
+  let details: unknown
+  try {
+    const body = (await response.json()) as { error?: { code?: string; message?: string; details?: unknown } }
+    if (body.error) {
+      code = body.error.code ?? code
+      message = body.error.message ?? message
+      details = body.error.details
+    }
+  } catch {
+    // not JSON: keep the status line
+  }
+  return new ApiError(response.status, code, message, details)
+}
+
+async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method, headers: { accept: 'application/json' } }
+  if (body !== undefined) {
+    init.headers = { accept: 'application/json', 'content-type': 'application/json' }
+    init.body = JSON.stringify(body)
+  }
+  let response: Response
+  try {
+    response = await fetch(`${API_BASE}${path}`, init)
+  } catch (error) {
+    listener?.('unreachable')
+    throw new ApiError(0, 'network', error instanceof Error ? error.message : String(error))
+  }
+  // the service worker marks answers it took from its cache because the network failed
+  listener?.(response.headers.get('x-clawlet-offline') ? 'cached' : 'online')
+  if (!response.ok) throw await failure(response)
+  if (response.status === 204) return undefined as T
+  return (await response.json()) as T
+}
+
+const enc = encodeURIComponent
+
+export interface TaskQuery {
+  agentId?: string
+  status?: TaskStatus[]
+  limit?: number
+  q?: string
+}
+
+function query(params: TaskQuery): string {
+  const parts: string[] = []
+  if (params.agentId) parts.push(`agentId=${enc(params.agentId)}`)
+  if (params.status?.length) parts.push(`status=${params.status.join(',')}`)
+  if (params.limit) parts.push(`limit=${params.limit}`)
+  if (params.q) parts.push(`q=${enc(params.q)}`)
+  return parts.length ? `?${parts.join('&')}` : ''
+}
+
+export interface NewAgent {
+  id: string
+  name: string
+  description?: string
+  model?: string
+}
+
+export const api = {
+  agents: () => request<Agent[]>('GET', '/agents'),
+  createAgent: (agent: NewAgent) => request<Agent>('POST', '/agents', agent),
+  models: () => request<Model[]>('GET', '/openclaw/models'),
+  tasks: (params: TaskQuery = {}) => request<Task[]>('GET', `/tasks${query(params)}`),
+  task: (id: string) => request<Task>('GET', `/tasks/${enc(id)}`),
+  createTask: (content: string, agentId: string) => request<Task>('POST', '/tasks', { content, agentId }),
+  renameTask: (id: string, title: string) => request<Task>('PATCH', `/tasks/${enc(id)}`, { title }),
+  cancelTask: (id: string) => request<Task>('POST', `/tasks/${enc(id)}/cancel`),
+  deleteTask: (id: string) => request<void>('DELETE', `/tasks/${enc(id)}`),
+  messages: (id: string) => request<Message[]>('GET', `/tasks/${enc(id)}/messages`),
+  sendMessage: (id: string, content: string) => request<{ ok: boolean }>('POST', `/tasks/${enc(id)}/messages`, { content }),
+}
+
+/** The agent id rule, the same as the server's. */
+export const AGENT_ID_PATTERN = /^[a-z0-9][a-z0-9-]*$/
+export const AGENT_ID_MAX = 64
+export const AGENT_NAME_MAX = 100
+export const AGENT_DESCRIPTION_MAX = 500
+export const TITLE_MAX = 200
