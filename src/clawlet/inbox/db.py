@@ -1,25 +1,28 @@
-"""The inbox database: SQLAlchemy 2 Core tables, the engine, and Alembic migrations.
+"""The inbox database: SQLAlchemy 2 Core tables and their Alembic migrations.
 
-SQLite (WAL, foreign keys on, a busy timeout) is the default, in ``<home>/data/agent_channel_v2.db``;
-the same code runs on PostgreSQL when ``CLAWLET_DATABASE_URL`` names one (``postgresql://`` or
-``postgresql+psycopg://``, ``postgres://`` accepted too; the ``psycopg`` driver is then the
-deployer's to install). Schema changes are numbered Alembic revisions in
-``migrations/versions/`` and are applied on start; an applied revision is never edited.
+SQLite by default, in ``<home>/data/agent_channel_v2.db``, or PostgreSQL when
+``CLAWLET_DATABASE_URL`` names one (see :mod:`clawlet.sql`, which opens and migrates every
+database). Schema changes are numbered Alembic revisions in ``migrations/versions/``.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-from typing import Any
-
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.engine import Engine
-from sqlalchemy.engine.url import make_url
 
-SQLITE_BUSY_TIMEOUT_MS = 5_000
+from clawlet import sql
+from clawlet.sql import create_db_engine
+
+__all__ = [
+    "VERSION_TABLE",
+    "create_db_engine",
+    "current_revision",
+    "messages",
+    "metadata",
+    "migrate",
+    "tasks",
+]
+
 VERSION_TABLE = "inbox_schema_version"
 
 metadata = sa.MetaData()
@@ -48,51 +51,10 @@ messages = sa.Table(
 )
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    finally:
-        cursor.close()
-
-
-def create_db_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite files get their directory, WAL, foreign keys and a busy timeout."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        database = parsed.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        sa.event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    backend, plus, driver = parsed.drivername.partition("+")
-    if backend == "postgres":  # the ``postgres://`` of hosted DATABASE_URLs; SQLAlchemy wants postgresql
-        parsed = parsed.set(drivername=f"postgresql{plus}{driver}")
-    return sa.create_engine(parsed, pool_pre_ping=True)
-
-
-def _alembic_config() -> Config:
-    config = Config()
-    location = resources.files("clawlet.inbox") / "migrations"
-    config.set_main_option("script_location", str(location))
-    config.set_main_option("version_table", VERSION_TABLE)
-    return config
-
-
 def migrate(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema up to ``revision`` (every numbered migration not yet applied)."""
-    config = _alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    """Bring the inbox schema up to ``revision`` (every numbered migration not yet applied)."""
+    sql.migrate(engine, "clawlet.inbox", "migrations", VERSION_TABLE, revision)
 
 
 def current_revision(engine: Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+    return sql.current_revision(engine, VERSION_TABLE)

@@ -1,0 +1,1130 @@
+"""The control plane (seed 001 §3.1, §5, §10): execution planes connect here, sessions are routed here.
+
+:class:`ControlPlane` is the service; :func:`create_control_plane_app` puts it in a FastAPI app
+serving the ``/ws/vm`` WebSocket of :mod:`clawlet.cluster.protocol` (the other side is
+:class:`clawlet.cluster.client.ControlPlaneClient`).
+
+**Connecting.** An execution plane opens ``/ws/vm?user_id=<id>[&ticket=<ticket>]`` and must send
+``auth {token}`` within ``auth_timeout`` seconds. The JWT is verified (PyJWT, HS256 pinned, every
+claim required; ``sub`` must be the URL's ``user_id``); a ticket in the URL is redeemed once, for
+that user, within its 30 s (tickets live in the database: :class:`~clawlet.cluster.cp_db.SqlTicketBackend`);
+no ticket means a reconnect, authenticated by the JWT alone. The user must exist and not be
+disabled. Then ``init {user_id, org_id?, api_keys, vm_id}`` goes out. Every refusal is an ``error``
+frame with a code of :data:`~clawlet.cluster.protocol.REFUSAL_CODES` and a close with 4401; the
+log names the user and the reason, never the token or the ticket (uvicorn's own line with the URL
+gets its ticket masked by :class:`TicketRedactingFilter`).
+
+**One connection per user.** A new authenticated connection replaces the user's previous one (which
+is closed with :data:`CLOSE_REPLACED`). Heartbeats update the VM's ``last_seen``.
+
+**Requests** (``get_skill_package``, ``memory_search``, ``mcp_call``, plus any registered with
+:meth:`ControlPlane.register_method`) run as tasks that outlive the connection they came on: the
+``response`` goes to the user's *current* connection when the request finishes. Every outcome is
+kept for ``result_ttl`` seconds (at most ``max_kept_results`` per user), so ``resume`` after a
+reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still running: the
+``response`` follows on the new connection) or ``lost``. A request is carried out once.
+
+**Fire-and-forget** records are stored de-duplicated by ``(user_id, id)`` (the client delivers at
+least once); ``snapshot_sync`` upserts. **SSE events** are de-duplicated by ``(stream, session_id,
+seq)`` — an event whose ``seq`` is not above the last seen for its ``(stream, session)`` is dropped —
+and published, in order, to :meth:`ControlPlane.subscribe`.
+
+**Isolation.** Everything an execution plane sends is attributed to the user its JWT names. A
+session belongs to the user who started it (the ``sessions`` table); the routing API
+(:meth:`start_session`, :meth:`send_user_message`, :meth:`cancel`, :meth:`stop_session`,
+:meth:`subscribe`) refuses another user's session with :class:`SessionForbidden`, and an execution
+plane's events, records and requests for another user's session are dropped or refused. Memory
+search, MCP servers and private skill packages are looked up for the connection's user only.
+
+The async methods must run on the event loop that serves the WebSocket (the app's loop). The admin
+helpers (:meth:`create_user`, :meth:`issue_vm_credentials`, …) are synchronous and may block briefly
+on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypedDict
+from urllib.parse import urlsplit, urlunsplit
+
+import uvicorn
+from fastapi import FastAPI, WebSocket
+from starlette.websockets import WebSocketState
+
+from clawlet.cluster.auth import (
+    MIN_SECRET_BYTES,
+    TicketRejected,
+    TicketStore,
+    TokenRejected,
+    issue_vm_token,
+    verify_vm_token,
+)
+from clawlet.cluster.cp_db import (
+    ControlPlaneStore,
+    SessionRecord,
+    SkillPackageRecord,
+    SqlTicketBackend,
+    UnknownUser,
+    UserRecord,
+    default_database_url,
+)
+from clawlet.cluster.cp_userdata import (
+    ERR_INVALID_PARAMS,
+    ERR_NOT_FOUND,
+    MAX_TOP_K,
+    LongTermMemory,
+    McpCallError,
+    UserMcpServers,
+    check_user_id,
+)
+from clawlet.cluster.protocol import (
+    AUTH,
+    AUTH_TIMEOUT,
+    CLOSE_UNAUTHORIZED,
+    ERR_AUTH_REQUIRED,
+    ERR_BAD_FRAME,
+    ERR_FORBIDDEN,
+    ERR_INTERNAL,
+    ERR_TICKET_REJECTED,
+    ERR_TOKEN_INVALID,
+    ERR_UNKNOWN_METHOD,
+    FF_AUDIT_LOG,
+    FF_EVOLUTION_SUBMIT,
+    FF_SNAPSHOT_SYNC,
+    FF_USAGE_REPORT,
+    MAX_FRAME_BYTES,
+    METHOD_GET_SKILL_PACKAGE,
+    METHOD_MCP_CALL,
+    METHOD_MEMORY_SEARCH,
+    QUERY_TICKET,
+    QUERY_USER_ID,
+    REQUEST_TIMEOUT,
+    TICKET_TTL_SECONDS,
+    WS_PATH,
+    FireAndForgetFrame,
+    FrameError,
+    RequestFrame,
+    ResumeFrame,
+    ResumeResult,
+    SseEventFrame,
+    cancel_frame,
+    completed,
+    completed_with_error,
+    decode,
+    encode,
+    error_frame,
+    error_response_frame,
+    init_frame,
+    lost,
+    response_frame,
+    resume_response_frame,
+    start_session_frame,
+    still_pending,
+    stop_session_frame,
+    user_message_frame,
+)
+from clawlet.cluster.skill_cache import (
+    LATEST,
+    SkillUnavailable,
+    parse_package,
+    validate_skill_id,
+)
+from clawlet.memory.embeddings import EmbeddingClient
+
+log = logging.getLogger(__name__)
+
+CLOSE_REPLACED: Final = 4000
+"""Close code for a connection replaced by a newer one of the same user."""
+CLOSE_DISCONNECTED: Final = 1012
+"""Close code of :meth:`ControlPlane.disconnect_exec_plane` (the client reconnects)."""
+CLOSE_GOING_AWAY: Final = 1001
+DEFAULT_VM_TOKEN_TTL: Final = 30 * 24 * 3600.0
+"""A VM token must outlive the VM: the execution plane reconnects with it, never with a new one."""
+MAX_LOGGED_ID: Final = 64
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControlPlaneConfig:
+    """What a control plane needs; only ``data_dir`` and ``jwt_secret`` have no default."""
+
+    data_dir: Path
+    jwt_secret: str
+    """HS256 key of the VM tokens (at least 32 bytes)."""
+    database_url: str | None = None
+    """Default ``sqlite:///<data_dir>/controlplane.db``; ``postgresql+psycopg://…`` works too."""
+    public_url: str = "ws://127.0.0.1:8002"
+    """Where execution planes reach this control plane (``ws``/``wss``, or ``http``/``https``)."""
+    vm_token_ttl: float = DEFAULT_VM_TOKEN_TTL
+    ticket_ttl: float = TICKET_TTL_SECONDS
+    auth_timeout: float = AUTH_TIMEOUT
+    result_ttl: float = 2 * REQUEST_TIMEOUT
+    """How long a request's outcome is kept for ``resume``."""
+    max_kept_results: int = 1000
+    """Outcomes kept per user (the oldest go first)."""
+    event_history: int = 1000
+    """SSE events kept per session for subscribers that start late (``after=``)."""
+    subscriber_buffer: int = 10_000
+    """Events a subscriber may fall behind by before it is ended as lagging."""
+    mcp_timeout: float = 50.0
+    clock: Callable[[], float] = time.time
+    """Wall clock of tickets (injectable for tests)."""
+    embedder: EmbeddingClient | None = None
+    """Vectors for long-term memory search (keyword search works without)."""
+
+    @property
+    def ws_url(self) -> str:
+        """The ``/ws/vm`` URL handed to execution planes."""
+        parts = urlsplit(self.public_url)
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        if scheme not in ("ws", "wss"):
+            raise ValueError(
+                f"public_url must be ws://, wss://, http:// or https:// (got {self.public_url!r})"
+            )
+        return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + WS_PATH, "", ""))
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or default_database_url(self.data_dir)
+
+
+# -- errors of the routing API -------------------------------------------------------------------
+
+
+class RoutingError(Exception):
+    """The routing API refused (the HTTP layer maps these to status codes)."""
+
+
+class ExecPlaneUnavailable(RoutingError):
+    """The user has no connected execution plane (or the connection dropped while sending)."""
+
+
+class SessionNotFound(RoutingError):
+    """No such session."""
+
+
+class SessionForbidden(RoutingError):
+    """The session belongs to another user."""
+
+
+class SessionNotRunning(RoutingError):
+    """The session was stopped."""
+
+
+class SubscriptionLagged(RoutingError):
+    """A subscriber fell more than ``subscriber_buffer`` events behind and was ended; subscribe
+    again with ``after=`` the last event id it got to continue from the kept history."""
+
+
+class RequestFailed(Exception):
+    """Raised by a request handler: answered as ``response {error: {code, message}}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+class _LinkClosed(Exception):
+    pass
+
+
+# -- shapes --------------------------------------------------------------------------------------
+
+
+class SessionEvent(TypedDict):
+    """One SSE event of a session as subscribers get it."""
+
+    id: int
+    """1, 2, 3, … per session in this control plane process (what ``after=`` refers to)."""
+    session_id: str
+    data: Any
+    stream: str | None
+    seq: int | None
+
+
+@dataclass(frozen=True)
+class VmCredentials:
+    """What an execution plane is started with (seed §5's environment)."""
+
+    user_id: str
+    vm_id: str
+    ticket: str
+    token: str
+    ws_url: str
+
+    def env(self) -> dict[str, str]:
+        """``USER_ID``, ``VM_TOKEN``, ``VM_TICKET`` and ``CONTROL_PLANE_WS``."""
+        return {
+            "USER_ID": self.user_id,
+            "VM_TOKEN": self.token,
+            "VM_TICKET": self.ticket,
+            "CONTROL_PLANE_WS": self.ws_url,
+        }
+
+    def __repr__(self) -> str:  # never the secrets
+        return f"VmCredentials(user_id={self.user_id!r}, vm_id={self.vm_id!r}, ws_url={self.ws_url!r})"
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What a request handler gets: the user comes from the connection's JWT, never the frame."""
+
+    user_id: str
+    vm_id: str
+    session_id: str
+    request_id: str
+    method: str
+    params: dict[str, Any]
+
+
+RequestHandler = Callable[[RequestContext], Awaitable[Any]]
+
+
+# -- connections, sessions, subscriptions --------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _VmLink:
+    ws: WebSocket
+    user_id: str
+    vm_id: str
+    send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class _SessionState:
+    session_id: str
+    user_id: str
+    status: str
+    history_limit: int
+    next_id: int = 1
+    history: deque[SessionEvent] = field(init=False)
+    last_seq: dict[str, int] = field(default_factory=dict)
+    subscribers: set[SessionSubscription] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.history = deque(maxlen=self.history_limit)
+
+    def publish(self, data: Any, stream: str | None, seq: int | None) -> SessionEvent:
+        event: SessionEvent = {
+            "id": self.next_id,
+            "session_id": self.session_id,
+            "data": data,
+            "stream": stream,
+            "seq": seq,
+        }
+        self.next_id += 1
+        self.history.append(event)
+        for subscriber in list(self.subscribers):
+            subscriber._push(event)
+        return event
+
+    def end_subscriptions(self) -> None:
+        for subscriber in list(self.subscribers):
+            subscriber._finish(lagged=False)
+
+
+class SessionSubscription:
+    """An async iterator of one session's events (de-duplicated, in order); ends when the session
+    is stopped, on :meth:`close`, or with :class:`SubscriptionLagged` for a subscriber that fell too
+    far behind. Use as ``async with``/``async for``."""
+
+    def __init__(self, state: _SessionState, limit: int, after: int | None) -> None:
+        self.session_id = state.session_id
+        self._state = state
+        self._limit = limit
+        self._queue: deque[SessionEvent] = deque()
+        self._wakeup = asyncio.Event()
+        self._ended = False
+        self._lagged = False
+        if after is not None:
+            self._queue.extend(event for event in state.history if event["id"] > after)
+        if state.status == "running":
+            state.subscribers.add(self)
+        else:
+            self._ended = True
+
+    def _push(self, event: SessionEvent) -> None:
+        if self._ended:
+            return
+        if len(self._queue) >= self._limit:
+            log.warning(
+                "a subscriber of session %s fell %d events behind; ending it", self.session_id, self._limit
+            )
+            self._finish(lagged=True)
+            return
+        self._queue.append(event)
+        self._wakeup.set()
+
+    def _finish(self, *, lagged: bool) -> None:
+        self._ended = True
+        self._lagged = self._lagged or lagged
+        self._state.subscribers.discard(self)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self._finish(lagged=False)
+        self._queue.clear()
+
+    def __aiter__(self) -> SessionSubscription:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        while True:
+            if self._lagged:
+                self._queue.clear()
+                raise SubscriptionLagged(f"the subscriber of session {self.session_id} fell behind")
+            if self._queue:
+                return self._queue.popleft()
+            if self._ended:
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    async def __aenter__(self) -> SessionSubscription:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# -- the service ---------------------------------------------------------------------------------
+
+
+class ControlPlane:
+    """Execution-plane connections, request handlers, records, and session routing (see the module
+    docstring)."""
+
+    def __init__(self, config: ControlPlaneConfig, *, store: ControlPlaneStore | None = None) -> None:
+        if len(config.jwt_secret.encode("utf-8")) < MIN_SECRET_BYTES:
+            raise ValueError(f"the JWT secret must be at least {MIN_SECRET_BYTES} bytes")
+        config.ws_url  # noqa: B018 (validates public_url now rather than at the first credentials)
+        self.config = config
+        self.data_dir = Path(config.data_dir).expanduser()
+        self.store = store if store is not None else ControlPlaneStore.open(config.resolved_database_url)
+        self.store.mark_all_vms_disconnected()
+        self.tickets = TicketStore(
+            SqlTicketBackend(self.store.engine), ttl=config.ticket_ttl, clock=config.clock
+        )
+        users_root = self.data_dir / "users"
+        self.memory = LongTermMemory(users_root, config.embedder)
+        self.mcp = UserMcpServers(users_root, config.mcp_timeout)
+        self.duplicate_records = 0
+        """Fire-and-forget records received again (already stored) since start."""
+        self.duplicate_events = 0
+        """SSE events dropped as replays (``seq`` not above the last seen) since start."""
+        self._links: dict[str, _VmLink] = {}
+        self._running: dict[str, dict[str, asyncio.Task[None]]] = {}
+        self._results: dict[str, OrderedDict[str, tuple[float, ResumeResult]]] = {}
+        self._sessions: dict[str, _SessionState] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._methods: dict[str, RequestHandler] = {
+            METHOD_GET_SKILL_PACKAGE: self._get_skill_package,
+            METHOD_MEMORY_SEARCH: self._memory_search,
+            METHOD_MCP_CALL: self._mcp_call,
+        }
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close every execution-plane connection and stop running requests (the database stays
+        open: :meth:`close` releases it)."""
+        self._closed = True
+        for link in list(self._links.values()):
+            await self._close_link(link, CLOSE_GOING_AWAY, "control plane shutting down")
+        tasks = [task for running in self._running.values() for task in running.values()]
+        tasks += list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for state in self._sessions.values():
+            state.end_subscriptions()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- admin helpers (synchronous) -----------------------------------------------------------
+
+    def create_user(
+        self, user_id: str, name: str, api_keys: Mapping[str, str], *, org_id: str | None = None
+    ) -> UserRecord:
+        """A new user (``UserExists`` if the id is taken); ``api_keys`` is ``{provider: key}``."""
+        return self.store.create_user(check_user_id(user_id), name, api_keys, org_id=org_id)
+
+    def update_user(
+        self,
+        user_id: str,
+        *,
+        name: str | None = None,
+        api_keys: Mapping[str, str] | None = None,
+        org_id: str | None = None,
+        disabled: bool | None = None,
+    ) -> UserRecord:
+        """Change a user; new API keys and ``disabled`` take effect at the execution plane's next
+        (re)connect (:meth:`disconnect_exec_plane` forces one)."""
+        return self.store.update_user(user_id, name=name, api_keys=api_keys, org_id=org_id, disabled=disabled)
+
+    def get_user(self, user_id: str) -> UserRecord | None:
+        return self.store.get_user(user_id)
+
+    def issue_vm_credentials(self, user_id: str, vm_id: str | None = None) -> VmCredentials:
+        """A ticket (single use, ``ticket_ttl`` seconds), a VM token and the WebSocket URL for a new
+        execution plane of ``user_id``."""
+        if self.store.get_user(user_id) is None:
+            raise UnknownUser(f"no user {user_id!r}")
+        vm = vm_id or f"vm-{uuid.uuid4().hex[:16]}"
+        self.store.register_vm(vm, user_id)
+        ticket = self.tickets.issue(user_id, vm)
+        token = issue_vm_token(user_id, self.config.jwt_secret, self.config.vm_token_ttl, vm_id=vm)
+        return VmCredentials(user_id, vm, ticket, token, self.config.ws_url)
+
+    def add_skill_package(
+        self,
+        skill_id: str,
+        version: str,
+        files: list[dict[str, Any]],
+        user_id: str | None = None,
+    ) -> SkillPackageRecord:
+        """Publish ``files`` (``[{path, content, encoding?}]``, with a top-level ``SKILL.md``) as
+        ``version`` of ``skill_id``: the user's own package, or global when ``user_id`` is None.
+        The package is checked exactly as the execution plane's cache will check it (``ValueError``
+        if it would be refused); ``SkillPackageExists`` if that version is published already."""
+        version = version.strip() if isinstance(version, str) else ""
+        if not version or version == LATEST or len(version) > 128:
+            raise ValueError(f"invalid version {version!r} ('latest' is not a version)")
+        if user_id is not None and self.store.get_user(user_id) is None:
+            raise UnknownUser(f"no user {user_id!r}")
+        package_files = [dict(item) for item in files]
+        try:
+            validate_skill_id(skill_id)
+            parse_package(skill_id, {"files": package_files})
+        except SkillUnavailable as exc:
+            raise ValueError(str(exc)) from None
+        return self.store.add_skill_package(skill_id, version, package_files, user_id)
+
+    def add_memory(self, user_id: str, text: str) -> None:
+        """Add one entry to the user's long-term memory."""
+        if self.store.get_user(user_id) is None:
+            raise UnknownUser(f"no user {user_id!r}")
+        self.memory.add(user_id, text)
+
+    def set_mcp_servers(self, user_id: str, servers: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the user's remote MCP servers (``{name: {command, args?, env?}}``)."""
+        if self.store.get_user(user_id) is None:
+            raise UnknownUser(f"no user {user_id!r}")
+        self.mcp.configure(user_id, servers)
+
+    def register_method(self, method: str, handler: RequestHandler) -> None:
+        """Serve requests of ``method`` (or replace a built-in handler)."""
+        self._methods[method] = handler
+
+    # -- observations --------------------------------------------------------------------------
+
+    def is_connected(self, user_id: str) -> bool:
+        link = self._links.get(user_id)
+        return link is not None and not link.closed
+
+    def connected_users(self) -> list[str]:
+        return sorted(user for user, link in self._links.items() if not link.closed)
+
+    def running_requests(self, user_id: str) -> int:
+        return len(self._running.get(user_id, {}))
+
+    def list_sessions(self, user_id: str) -> list[SessionRecord]:
+        return self.store.list_sessions(user_id)
+
+    # -- the routing API -----------------------------------------------------------------------
+
+    async def start_session(self, user_id: str, session_id: str, config: Mapping[str, Any]) -> SessionRecord:
+        """Start (or restart) ``session_id`` for ``user_id`` on the user's execution plane; the
+        frame's ``data`` is ``config`` (``agent_config``, ``skill_index``, …) with the session id."""
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("a session needs a non-empty id")
+        existing = await self._load_session(session_id)
+        if existing is not None and existing.user_id != user_id:
+            raise SessionForbidden(f"session {session_id!r} belongs to another user")
+        link = self._require_link(user_id)
+        record = await asyncio.to_thread(self.store.claim_session, session_id, user_id)
+        if record.user_id != user_id:
+            raise SessionForbidden(f"session {session_id!r} belongs to another user")
+        if record.status != "running":
+            await asyncio.to_thread(self.store.set_session_status, session_id, user_id, "running")
+        state = self._sessions.get(session_id)
+        if state is None:
+            state = self._new_state(session_id, user_id, "running")
+        state.status = "running"
+        frame = start_session_frame({**dict(config), "session_id": session_id})
+        await self._send_or_unavailable(link, dict(frame))
+        return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)
+
+    async def send_user_message(self, user_id: str, session_id: str, data: Mapping[str, Any]) -> None:
+        """Deliver a user message to the session's process."""
+        await self._owned_running(user_id, session_id)
+        link = self._require_link(user_id)
+        await self._send_or_unavailable(link, dict(user_message_frame(session_id, data)))
+
+    async def cancel(self, user_id: str, session_id: str) -> None:
+        """Cancel what the session is doing."""
+        await self._owned_running(user_id, session_id)
+        link = self._require_link(user_id)
+        await self._send_or_unavailable(link, dict(cancel_frame(session_id)))
+
+    async def stop_session(self, user_id: str, session_id: str) -> None:
+        """Stop the session's process; its subscriptions end. Stopping a stopped session is a no-op."""
+        state = await self._owned(user_id, session_id)
+        if state.status != "running":
+            return
+        link = self._require_link(user_id)
+        await self._send_or_unavailable(link, dict(stop_session_frame(session_id)))
+        state.status = "stopped"
+        await asyncio.to_thread(self.store.set_session_status, session_id, user_id, "stopped")
+        state.end_subscriptions()
+        self._sessions.pop(session_id, None)
+
+    def subscribe(self, user_id: str, session_id: str, *, after: int | None = None) -> SessionSubscription:
+        """The session's SSE events from now on (with ``after=N``, first the kept events whose id
+        is above ``N``). Refused at once for a session that is unknown or another user's."""
+        state = self._sessions.get(session_id)
+        if state is None:
+            record = self.store.get_session(session_id)
+            if record is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+            state = self._state_for(record)
+        if state.user_id != user_id:
+            raise SessionForbidden(f"session {session_id!r} belongs to another user")
+        return SessionSubscription(state, self.config.subscriber_buffer, after)
+
+    async def disconnect_exec_plane(
+        self, user_id: str, reason: str = "disconnected by the control plane"
+    ) -> bool:
+        """Close the user's connection (the execution plane reconnects and resumes)."""
+        link = self._links.get(user_id)
+        if link is None or link.closed:
+            return False
+        await self._close_link(link, CLOSE_DISCONNECTED, reason)
+        return True
+
+    # -- routing internals ---------------------------------------------------------------------
+
+    def _require_link(self, user_id: str) -> _VmLink:
+        link = self._links.get(user_id)
+        if link is None or link.closed:
+            raise ExecPlaneUnavailable(f"user {user_id!r} has no connected execution plane")
+        return link
+
+    async def _send_or_unavailable(self, link: _VmLink, frame: Mapping[str, Any]) -> None:
+        try:
+            await self._send(link, frame)
+        except _LinkClosed:
+            raise ExecPlaneUnavailable(
+                f"the execution plane of user {link.user_id!r} disconnected while sending {frame.get('type')}"
+            ) from None
+
+    def _new_state(self, session_id: str, user_id: str, status: str) -> _SessionState:
+        state = _SessionState(session_id, user_id, status, self.config.event_history)
+        self._sessions[session_id] = state
+        return state
+
+    def _state_for(self, record: SessionRecord) -> _SessionState:
+        state = self._sessions.get(record.id)
+        if state is None:
+            state = _SessionState(record.id, record.user_id, record.status, self.config.event_history)
+            if record.status == "running":
+                self._sessions[record.id] = state
+        return state
+
+    async def _load_session(self, session_id: str) -> _SessionState | None:
+        state = self._sessions.get(session_id)
+        if state is not None:
+            return state
+        record = await asyncio.to_thread(self.store.get_session, session_id)
+        return None if record is None else self._state_for(record)
+
+    async def _owned(self, user_id: str, session_id: str) -> _SessionState:
+        state = await self._load_session(session_id)
+        if state is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        if state.user_id != user_id:
+            raise SessionForbidden(f"session {session_id!r} belongs to another user")
+        return state
+
+    async def _owned_running(self, user_id: str, session_id: str) -> _SessionState:
+        state = await self._owned(user_id, session_id)
+        if state.status != "running":
+            raise SessionNotRunning(f"session {session_id!r} is {state.status}")
+        return state
+
+    # -- the WebSocket -------------------------------------------------------------------------
+
+    async def serve_vm(self, websocket: WebSocket) -> None:
+        """Serve one execution-plane connection from handshake to close (never raises)."""
+        user_id = websocket.query_params.get(QUERY_USER_ID) or ""
+        ticket = websocket.query_params.get(QUERY_TICKET)
+        link: _VmLink | None = None
+        try:
+            await websocket.accept()
+            link = await self._handshake(websocket, user_id, ticket)
+            if link is not None:
+                await self._read_frames(link)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the connection of an execution plane (user %r) failed", user_id[:MAX_LOGGED_ID])
+            with contextlib.suppress(Exception):
+                if websocket.application_state != WebSocketState.DISCONNECTED:
+                    await websocket.close(1011, "internal error")
+        finally:
+            if link is not None:
+                await self._unregister(link)
+
+    async def _receive_text(self, websocket: WebSocket) -> str | None:
+        """The next text (or UTF-8 binary) frame; ``None`` once the peer is gone."""
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        text = message.get("text")
+        if isinstance(text, str):
+            return text
+        data = message.get("bytes")
+        if isinstance(data, bytes | bytearray):
+            return bytes(data).decode("utf-8", "replace")
+        return ""
+
+    async def _refuse(self, websocket: WebSocket, user_id: str, code: str, message: str) -> None:
+        log.warning(
+            "refused an execution plane connection for user %r: %s (%s)",
+            user_id[:MAX_LOGGED_ID],
+            code,
+            message,
+        )
+        with contextlib.suppress(Exception):
+            await websocket.send_text(encode(error_frame(code, message)))
+        with contextlib.suppress(Exception):
+            await websocket.close(CLOSE_UNAUTHORIZED, code)
+
+    async def _handshake(self, websocket: WebSocket, user_id: str, ticket: str | None) -> _VmLink | None:
+        try:
+            raw = await asyncio.wait_for(self._receive_text(websocket), self.config.auth_timeout)
+        except TimeoutError:
+            await self._refuse(
+                websocket, user_id, ERR_AUTH_REQUIRED, f"no auth frame within {self.config.auth_timeout:g}s"
+            )
+            return None
+        if raw is None:
+            return None
+        try:
+            frame = decode(raw)
+        except FrameError:
+            frame = None
+        if frame is None or frame["type"] != AUTH:
+            await self._refuse(websocket, user_id, ERR_AUTH_REQUIRED, "the first frame must be auth {token}")
+            return None
+        if not user_id:
+            await self._refuse(websocket, user_id, ERR_AUTH_REQUIRED, "user_id is missing from the URL")
+            return None
+        try:
+            claims = verify_vm_token(frame["token"], self.config.jwt_secret, user_id=user_id)
+        except TokenRejected as exc:
+            await self._refuse(websocket, user_id, ERR_TOKEN_INVALID, str(exc))
+            return None
+        vm_id = claims.vm_id
+        if ticket is not None:
+            try:
+                record = await asyncio.to_thread(self.tickets.redeem_record, ticket, user_id)
+            except TicketRejected as exc:
+                await self._refuse(websocket, user_id, ERR_TICKET_REJECTED, str(exc))
+                return None
+            if record.vm_id and vm_id and record.vm_id != vm_id:
+                await self._refuse(
+                    websocket, user_id, ERR_TICKET_REJECTED, "the ticket was issued for another VM"
+                )
+                return None
+            vm_id = vm_id or record.vm_id
+        user = await asyncio.to_thread(self.store.get_user, user_id)
+        if user is None:
+            await self._refuse(websocket, user_id, ERR_FORBIDDEN, "unknown user")
+            return None
+        if user.disabled:
+            await self._refuse(websocket, user_id, ERR_FORBIDDEN, "the user is disabled")
+            return None
+        if self._closed:
+            await self._refuse(websocket, user_id, ERR_FORBIDDEN, "the control plane is shutting down")
+            return None
+        link = _VmLink(websocket, user.id, vm_id or f"vm-{user.id}")
+        await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, user.id, True)
+        data: dict[str, Any] = {"user_id": user.id, "api_keys": dict(user.api_keys), "vm_id": link.vm_id}
+        if user.org_id:
+            data["org_id"] = user.org_id
+        try:
+            await self._send(link, init_frame(data))
+        except _LinkClosed:
+            await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, user.id, False)
+            return None
+        previous = self._links.get(user.id)
+        self._links[user.id] = link
+        if previous is not None and not previous.closed:
+            self._spawn(self._close_link(previous, CLOSE_REPLACED, "replaced by a newer connection"))
+        log.info(
+            "execution plane %s of user %s connected (%s)",
+            link.vm_id,
+            user.id,
+            "ticket" if ticket else "reconnect",
+        )
+        return link
+
+    async def _unregister(self, link: _VmLink) -> None:
+        link.closed = True
+        if self._links.get(link.user_id) is link:
+            del self._links[link.user_id]
+            log.info("execution plane %s of user %s disconnected", link.vm_id, link.user_id)
+            try:
+                await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, link.user_id, False)
+            except Exception:
+                log.exception("could not record the disconnect of %s", link.vm_id)
+
+    async def _close_link(self, link: _VmLink, code: int, reason: str) -> None:
+        link.closed = True
+        with contextlib.suppress(Exception):
+            await link.ws.close(code, reason)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, link: _VmLink, frame: Mapping[str, Any]) -> None:
+        text = encode(frame)
+        if link.closed:
+            raise _LinkClosed
+        async with link.send_lock:
+            try:
+                await link.ws.send_text(text)
+            except Exception as exc:
+                link.closed = True
+                raise _LinkClosed from exc
+
+    async def _send_to_user(self, user_id: str, frame: Mapping[str, Any]) -> bool:
+        link = self._links.get(user_id)
+        if link is None:
+            return False
+        try:
+            await self._send(link, frame)
+        except _LinkClosed:
+            return False
+        return True
+
+    async def _read_frames(self, link: _VmLink) -> None:
+        while True:
+            raw = await self._receive_text(link.ws)
+            if raw is None:
+                return
+            try:
+                frame = decode(raw)
+            except FrameError as exc:
+                log.warning("bad frame from %s (user %s): %s", link.vm_id, link.user_id, exc)
+                with contextlib.suppress(_LinkClosed):
+                    await self._send(link, error_frame(ERR_BAD_FRAME, str(exc)))
+                continue
+            try:
+                if frame["type"] == "request":
+                    self._start_request(link, frame)
+                elif frame["type"] == "fire_and_forget":
+                    await self._store_record(link, frame)
+                elif frame["type"] == "sse_event":
+                    await self._on_sse_event(link, frame)
+                elif frame["type"] == "heartbeat":
+                    await asyncio.to_thread(self.store.touch_vm, link.vm_id)
+                elif frame["type"] == "resume":
+                    await self._resume(link, frame)
+                elif frame["type"] == "auth":
+                    log.debug("ignoring a repeated auth frame from %s", link.vm_id)
+                else:
+                    kind = frame["type"]
+                    log.warning("an execution plane sent a %s frame, which only a control plane sends", kind)
+                    await self._send(link, error_frame(ERR_BAD_FRAME, f"unexpected {kind} frame"))
+            except _LinkClosed:
+                return
+            except Exception:
+                log.exception("failed to handle a %s frame from %s", frame["type"], link.vm_id)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _start_request(self, link: _VmLink, frame: RequestFrame) -> None:
+        user_id, request_id = link.user_id, frame["id"]
+        running = self._running.setdefault(user_id, {})
+        if request_id in running:
+            log.info("request %s is running already; ignoring the repeat", request_id)
+            return
+        kept = self._kept_result(user_id, request_id)
+        if kept is not None:
+            self._spawn(self._send_to_user(user_id, self._response_for(request_id, kept)))
+            return
+        context = RequestContext(
+            user_id, link.vm_id, frame["session_id"], request_id, frame["method"], frame["params"]
+        )
+        task = asyncio.create_task(self._run_request(context), name=f"control-plane-request-{request_id}")
+        running[request_id] = task
+
+    async def _run_request(self, context: RequestContext) -> None:
+        outcome: ResumeResult
+        try:
+            result = await self._call_method(context)
+            outcome = completed(result)
+            encode(outcome)  # a handler's result that JSON cannot carry is an internal error, now
+        except asyncio.CancelledError:
+            self._running.get(context.user_id, {}).pop(context.request_id, None)
+            raise
+        except RequestFailed as exc:
+            outcome = completed_with_error(exc.code, exc.message)
+        except Exception as exc:
+            log.exception(
+                "%s request %s of user %s failed", context.method, context.request_id, context.user_id
+            )
+            outcome = completed_with_error(ERR_INTERNAL, f"{context.method} failed: {type(exc).__name__}")
+        # no await between keeping the outcome and leaving the running set: a resume sees one of them
+        self._keep_result(context.user_id, context.request_id, outcome)
+        self._running.get(context.user_id, {}).pop(context.request_id, None)
+        await self._send_to_user(context.user_id, self._response_for(context.request_id, outcome))
+
+    @staticmethod
+    def _response_for(request_id: str, outcome: ResumeResult) -> dict[str, Any]:
+        error = outcome.get("error")
+        if error is not None:
+            return dict(error_response_frame(request_id, error["code"], error["message"]))
+        return dict(response_frame(request_id, outcome.get("data")))
+
+    async def _call_method(self, context: RequestContext) -> Any:
+        handler = self._methods.get(context.method)
+        if handler is None:
+            raise RequestFailed(ERR_UNKNOWN_METHOD, f"unknown method {context.method!r}")
+        state = await self._load_session(context.session_id)
+        if state is not None and state.user_id != context.user_id:
+            raise RequestFailed(ERR_FORBIDDEN, f"session {context.session_id!r} belongs to another user")
+        return await handler(context)
+
+    def _keep_result(self, user_id: str, request_id: str, outcome: ResumeResult) -> None:
+        kept = self._results.setdefault(user_id, OrderedDict())
+        now = time.monotonic()
+        kept[request_id] = (now + self.config.result_ttl, outcome)
+        kept.move_to_end(request_id)
+        while kept and (len(kept) > self.config.max_kept_results or next(iter(kept.values()))[0] < now):
+            kept.popitem(last=False)
+
+    def _kept_result(self, user_id: str, request_id: str) -> ResumeResult | None:
+        kept = self._results.get(user_id)
+        entry = None if kept is None else kept.get(request_id)
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1]
+
+    async def _resume(self, link: _VmLink, frame: ResumeFrame) -> None:
+        results: dict[str, ResumeResult] = {}
+        running = self._running.get(link.user_id, {})
+        for request_id in frame["pending_ids"]:
+            kept = self._kept_result(link.user_id, request_id)
+            if kept is not None:
+                results[request_id] = kept
+            elif request_id in running:
+                results[request_id] = still_pending()
+            else:
+                results[request_id] = lost()
+        counts = {
+            status: sum(1 for r in results.values() if r["status"] == status)
+            for status in ("completed", "pending", "lost")
+        }
+        log.info("resume from %s: %s", link.vm_id, ", ".join(f"{n} {status}" for status, n in counts.items()))
+        await self._send(link, resume_response_frame(results))
+
+    # -- built-in request handlers -------------------------------------------------------------
+
+    async def _get_skill_package(self, context: RequestContext) -> dict[str, Any]:
+        skill_id = context.params.get("skill_id")
+        version = context.params.get("version") or LATEST
+        if not isinstance(skill_id, str) or not isinstance(version, str):
+            raise RequestFailed(ERR_INVALID_PARAMS, "get_skill_package needs a string skill_id and version")
+        try:
+            validate_skill_id(skill_id)
+        except SkillUnavailable as exc:
+            raise RequestFailed(ERR_INVALID_PARAMS, str(exc)) from None
+        record = await asyncio.to_thread(
+            self.store.find_skill_package, context.user_id, skill_id, version.strip()
+        )
+        if record is None:
+            raise RequestFailed(ERR_NOT_FOUND, f"skill {skill_id!r} version {version!r} not found")
+        return {"package": {"skill_id": record.skill_id, "version": record.version, "files": record.files}}
+
+    async def _memory_search(self, context: RequestContext) -> list[dict[str, Any]]:
+        query = context.params.get("query")
+        top_k = context.params.get("top_k", 5)
+        if not isinstance(query, str) or not query.strip():
+            raise RequestFailed(ERR_INVALID_PARAMS, "memory_search needs a non-empty string query")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise RequestFailed(ERR_INVALID_PARAMS, "memory_search top_k must be a positive integer")
+        hits = await asyncio.to_thread(self.memory.search, context.user_id, query, min(top_k, MAX_TOP_K))
+        return [dict(hit) for hit in hits]
+
+    async def _mcp_call(self, context: RequestContext) -> dict[str, Any]:
+        server = context.params.get("server")
+        tool = context.params.get("tool")
+        arguments = context.params.get("arguments") or {}
+        if not isinstance(server, str) or not server or not isinstance(tool, str) or not tool:
+            raise RequestFailed(ERR_INVALID_PARAMS, "mcp_call needs string server and tool")
+        if not isinstance(arguments, dict):
+            raise RequestFailed(ERR_INVALID_PARAMS, "mcp_call arguments must be an object")
+        try:
+            return await self.mcp.call(context.user_id, server, tool, arguments)
+        except McpCallError as exc:
+            raise RequestFailed(exc.code, exc.message) from None
+
+    # -- fire-and-forget and SSE ---------------------------------------------------------------
+
+    async def _store_record(self, link: _VmLink, frame: FireAndForgetFrame) -> None:
+        user_id, session_id, method = link.user_id, frame["session_id"], frame["method"]
+        state = await self._load_session(session_id)
+        if state is not None and state.user_id != user_id:
+            log.warning("dropping %s of %s for session %s of another user", method, link.vm_id, session_id)
+            return
+        record_id = frame.get("id") or uuid.uuid4().hex
+        ts = frame.get("ts")
+        params = frame["params"]
+        if method == FF_USAGE_REPORT:
+            stored = await asyncio.to_thread(self.store.add_usage, user_id, record_id, session_id, params, ts)
+        elif method == FF_AUDIT_LOG:
+            stored = await asyncio.to_thread(self.store.add_audit, user_id, record_id, session_id, params, ts)
+        elif method == FF_EVOLUTION_SUBMIT:
+            stored = await asyncio.to_thread(
+                self.store.add_evolution, user_id, record_id, session_id, params, ts
+            )
+        elif method == FF_SNAPSHOT_SYNC:
+            await asyncio.to_thread(self.store.upsert_snapshot, user_id, session_id, params, ts)
+            return
+        else:
+            log.info("ignoring fire-and-forget method %r from %s", method, link.vm_id)
+            return
+        if not stored:
+            self.duplicate_records += 1
+            log.debug("%s record %s arrived again; stored once", method, record_id)
+
+    async def _on_sse_event(self, link: _VmLink, frame: SseEventFrame) -> None:
+        session_id = frame["session_id"]
+        state = await self._load_session(session_id)
+        if state is None or state.user_id != link.user_id:
+            log.warning(
+                "dropping an SSE event of %s for unknown or foreign session %s", link.vm_id, session_id
+            )
+            return
+        if state.status != "running" or self._sessions.get(session_id) is not state:
+            log.debug("dropping an SSE event for stopped session %s", session_id)
+            return
+        seq = frame.get("seq")
+        stream = frame.get("stream")
+        if seq is not None:
+            key = stream or ""
+            last = state.last_seq.get(key, 0)
+            if seq <= last:
+                self.duplicate_events += 1
+                return
+            if seq > last + 1:
+                log.warning(
+                    "session %s stream %s skipped events %d-%d (the execution plane's buffer dropped them)",
+                    session_id,
+                    key,
+                    last + 1,
+                    seq - 1,
+                )
+            state.last_seq[key] = seq
+        state.publish(frame.get("data"), stream, seq)
+
+
+# -- the app -------------------------------------------------------------------------------------
+
+_TICKET_IN_TEXT = re.compile(r"(ticket=)[^&\s\"']+")
+
+
+class TicketRedactingFilter(logging.Filter):
+    """Masks ``ticket=…`` in log records (uvicorn logs each WebSocket's path with its query)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(
+                _TICKET_IN_TEXT.sub(r"\1***", arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        if isinstance(record.msg, str) and "ticket=" in record.msg:
+            record.msg = _TICKET_IN_TEXT.sub(r"\1***", record.msg)
+        return True
+
+
+_REDACTION_LOGGERS: Final = ("uvicorn.error", "uvicorn.access")
+
+
+def install_ticket_redaction() -> None:
+    """Add :class:`TicketRedactingFilter` to uvicorn's loggers (once)."""
+    for name in _REDACTION_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, TicketRedactingFilter) for existing in logger.filters):
+            logger.addFilter(TicketRedactingFilter())
+
+
+def create_control_plane_app(
+    config: ControlPlaneConfig | None = None, *, plane: ControlPlane | None = None
+) -> FastAPI:
+    """The control plane's ASGI app: ``/ws/vm`` and ``/healthz``. Pass ``config`` (the app owns the
+    service it creates and closes it on shutdown) or an existing ``plane`` (``app.state.control_plane``)."""
+    if plane is None:
+        if config is None:
+            raise ValueError("create_control_plane_app needs a config or a plane")
+        service = ControlPlane(config)
+        owned = True
+    else:
+        service = plane
+        owned = False
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await service.aclose()
+        if owned:
+            service.close()
+
+    install_ticket_redaction()
+    app = FastAPI(title="clawlet control plane", lifespan=lifespan)
+    app.state.control_plane = service
+
+    @app.websocket(WS_PATH)
+    async def exec_plane_socket(websocket: WebSocket) -> None:
+        await service.serve_vm(websocket)
+
+    @app.get("/healthz")
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "connected_exec_planes": len(service.connected_users())}
+
+    return app
+
+
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8002, **options: Any) -> uvicorn.Config:
+    """A uvicorn config fit for the control plane: frames up to ``MAX_FRAME_BYTES`` (skill packages
+    are large) and WebSocket keepalive pings."""
+    options.setdefault("ws_max_size", MAX_FRAME_BYTES)
+    options.setdefault("ws_ping_interval", 20.0)
+    options.setdefault("ws_ping_timeout", 20.0)
+    return uvicorn.Config(app, host=host, port=port, **options)
+
+
+def new_jwt_secret() -> str:
+    """A fresh random secret for VM tokens (64 URL-safe characters)."""
+    return secrets.token_urlsafe(48)

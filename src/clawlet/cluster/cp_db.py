@@ -1,0 +1,710 @@
+"""The control plane's database: SQLAlchemy 2 Core tables, Alembic migrations, and the store.
+
+Opened and migrated by :mod:`clawlet.sql`, like the inbox's: SQLite (WAL, foreign keys, a busy
+timeout) by default, in ``<data_dir>/controlplane.db``; the same code runs on PostgreSQL (``postgresql+psycopg://…``).
+Schema changes are numbered Alembic revisions in ``cp_migrations/versions/``, applied on start and
+never edited once applied. The version table is ``controlplane_schema_version``, so the control
+plane can share a database with the inbox (whose tables are ``tasks`` and ``messages``).
+
+Tables (times are epoch milliseconds unless said otherwise):
+
+* ``users`` — ``id``, ``name``, ``org_id``, ``api_keys`` (JSON ``{provider: key}``; the execution
+  plane gets them in ``init`` and keeps them in memory only), ``disabled``, ``created_at``.
+* ``vms`` — one row per execution plane: ``id``, ``user_id``, ``connected``, ``last_seen``.
+* ``sessions`` — which user owns which session (``id``, ``user_id``, ``status``), so the isolation
+  of sessions survives a restart of the control plane.
+* ``usage``, ``audit``, ``evolution_submissions`` — fire-and-forget records, primary key
+  ``(user_id, id)``: a record the execution plane sends again (it delivers at least once) is
+  stored once, and no user can collide with another's ids. ``ts`` is when the record was made.
+* ``snapshots`` — the latest snapshot per ``(user_id, session_id)`` (an upsert that never lets an
+  older snapshot replace a newer one).
+* ``skill_packages`` — ``(skill_id, version, user_id)`` → files (JSON ``[{path, content,
+  encoding}]``); ``user_id`` NULL is a global package. Uniqueness is two partial unique indexes
+  (NULLs are distinct in a plain unique key).
+* ``tickets`` — connect tickets by SHA-256 digest (:class:`SqlTicketBackend`, times in epoch
+  seconds as :mod:`clawlet.cluster.auth` uses them); the claim is one conditional ``UPDATE``.
+
+:class:`ControlPlaneStore` is synchronous (call it from a thread in async code).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from clawlet import sql
+from clawlet.cluster.auth import Claim, TicketRecord
+from clawlet.sql import create_db_engine
+
+VERSION_TABLE: Final = "controlplane_schema_version"
+DB_FILE: Final = "controlplane.db"
+
+metadata = sa.MetaData()
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False, server_default=""),
+    sa.Column("org_id", sa.Text, nullable=True),
+    sa.Column("api_keys", sa.JSON, nullable=False),
+    sa.Column("disabled", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+vms = sa.Table(
+    "vms",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("connected", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_seen", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="running"),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+usage = sa.Table(
+    "usage",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=True),
+    sa.Column("tokens_in", sa.BigInteger, nullable=True),
+    sa.Column("tokens_out", sa.BigInteger, nullable=True),
+    sa.Column("extra", sa.JSON, nullable=True),
+    sa.Column("ts", sa.BigInteger, nullable=False),
+    sa.Column("received_at", sa.BigInteger, nullable=False),
+)
+
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("details", sa.JSON, nullable=True),
+    sa.Column("ts", sa.BigInteger, nullable=False),
+    sa.Column("received_at", sa.BigInteger, nullable=False),
+)
+
+evolution_submissions = sa.Table(
+    "evolution_submissions",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("ts", sa.BigInteger, nullable=False),
+    sa.Column("received_at", sa.BigInteger, nullable=False),
+)
+
+snapshots = sa.Table(
+    "snapshots",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("ts", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+skill_packages = sa.Table(
+    "skill_packages",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("skill_id", sa.Text, nullable=False),
+    sa.Column("version", sa.Text, nullable=False),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=True),
+    sa.Column("files", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+tickets = sa.Table(
+    "tickets",
+    metadata,
+    sa.Column("digest", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("vm_id", sa.Text, nullable=True),
+    sa.Column("issued_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("used_at", sa.Double, nullable=True),
+)
+
+
+# -- engine and migrations -----------------------------------------------------------------------
+
+
+def default_database_url(data_dir: Path) -> str:
+    return f"sqlite:///{Path(data_dir).expanduser() / DB_FILE}"
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the control plane's schema up to ``revision``."""
+    sql.migrate(engine, "clawlet.cluster", "cp_migrations", VERSION_TABLE, revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    return sql.current_revision(engine, VERSION_TABLE)
+
+
+def open_engine(url: str) -> Engine:
+    """An engine for ``url`` with the schema migrated to the newest revision."""
+    engine = create_db_engine(url)
+    migrate(engine)
+    return engine
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_ts(value: Any, default: int) -> int:
+    """An ISO 8601 ``ts`` (or epoch seconds) as epoch milliseconds; ``default`` if unreadable."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int | float):
+        return int(value * 1000)
+    if isinstance(value, str) and value:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return default
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+    return default
+
+
+def _insert_ignoring_duplicates(
+    connection: Connection, table: sa.Table, values: Mapping[str, Any], keys: Sequence[str]
+) -> bool:
+    """``INSERT … ON CONFLICT DO NOTHING``; ``True`` if a row was added."""
+    dialect = connection.dialect.name
+    statement: Any
+    if dialect == "postgresql":
+        statement = postgresql.insert(table).values(**values).on_conflict_do_nothing(index_elements=keys)
+    elif dialect == "sqlite":
+        statement = sqlite.insert(table).values(**values).on_conflict_do_nothing(index_elements=keys)
+    else:  # any other backend: insert and treat a key violation as "already there"
+        try:
+            with connection.begin_nested():
+                connection.execute(table.insert().values(**values))
+        except sa.exc.IntegrityError:
+            return False
+        return True
+    return _added(connection, statement, table)
+
+
+def _added(connection: Connection, statement: Any, table: sa.Table) -> bool:
+    """Run an insert/upsert with ``RETURNING`` its key: ``True`` if it wrote a row (``rowcount``
+    is not reliable for ``ON CONFLICT`` statements on every driver)."""
+    key = next(iter(table.primary_key.columns))
+    return connection.execute(statement.returning(key)).first() is not None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` if JSON can hold it, else its JSON round trip with unknown objects as strings."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    id: str
+    name: str
+    org_id: str | None
+    api_keys: dict[str, str]
+    disabled: bool
+    created_at: int
+
+
+@dataclass(frozen=True)
+class VmRecord:
+    id: str
+    user_id: str
+    connected: bool
+    last_seen: int | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    user_id: str
+    status: str
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class SkillPackageRecord:
+    skill_id: str
+    version: str
+    user_id: str | None
+    """``None``: a global package."""
+    files: list[dict[str, Any]]
+    created_at: int
+
+
+SessionStatus = Literal["running", "stopped"]
+
+
+class UserExists(ValueError):
+    """A user with that id exists already."""
+
+
+class UnknownUser(LookupError):
+    """No user with that id."""
+
+
+class SkillPackageExists(ValueError):
+    """That version of the skill is published already (for that user, or globally)."""
+
+
+def _user(row: sa.Row[Any]) -> UserRecord:
+    keys = row.api_keys if isinstance(row.api_keys, dict) else {}
+    return UserRecord(
+        id=row.id,
+        name=row.name,
+        org_id=row.org_id,
+        api_keys={str(k): str(v) for k, v in keys.items()},
+        disabled=bool(row.disabled),
+        created_at=int(row.created_at),
+    )
+
+
+def _vm(row: sa.Row[Any]) -> VmRecord:
+    return VmRecord(
+        id=row.id,
+        user_id=row.user_id,
+        connected=bool(row.connected),
+        last_seen=None if row.last_seen is None else int(row.last_seen),
+        created_at=int(row.created_at),
+    )
+
+
+def _session(row: sa.Row[Any]) -> SessionRecord:
+    return SessionRecord(row.id, row.user_id, row.status, int(row.created_at), int(row.updated_at))
+
+
+def _package(row: sa.Row[Any]) -> SkillPackageRecord:
+    files = row.files if isinstance(row.files, list) else []
+    return SkillPackageRecord(row.skill_id, row.version, row.user_id, files, int(row.created_at))
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class ControlPlaneStore:
+    """Every read and write of the control plane's tables (synchronous; thread-safe)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def open(cls, url: str) -> ControlPlaneStore:
+        """Connect to ``url`` and migrate the schema."""
+        return cls(open_engine(url))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # users
+
+    def create_user(
+        self, user_id: str, name: str, api_keys: Mapping[str, str], *, org_id: str | None = None
+    ) -> UserRecord:
+        values = {
+            "id": user_id,
+            "name": name,
+            "org_id": org_id,
+            "api_keys": {str(k): str(v) for k, v in api_keys.items()},
+            "disabled": 0,
+            "created_at": now_ms(),
+        }
+        with self.engine.begin() as db:
+            if not _insert_ignoring_duplicates(db, users, values, ["id"]):
+                raise UserExists(f"user {user_id!r} exists already")
+        user = self.get_user(user_id)
+        assert user is not None
+        return user
+
+    def get_user(self, user_id: str) -> UserRecord | None:
+        with self.engine.connect() as db:
+            row = db.execute(sa.select(users).where(users.c.id == user_id)).first()
+        return None if row is None else _user(row)
+
+    def update_user(
+        self,
+        user_id: str,
+        *,
+        name: str | None = None,
+        api_keys: Mapping[str, str] | None = None,
+        org_id: str | None = None,
+        disabled: bool | None = None,
+    ) -> UserRecord:
+        changes: dict[str, Any] = {}
+        if name is not None:
+            changes["name"] = name
+        if api_keys is not None:
+            changes["api_keys"] = {str(k): str(v) for k, v in api_keys.items()}
+        if org_id is not None:
+            changes["org_id"] = org_id
+        if disabled is not None:
+            changes["disabled"] = int(disabled)
+        with self.engine.begin() as db:
+            if changes:
+                result = db.execute(sa.update(users).where(users.c.id == user_id).values(**changes))
+                if not result.rowcount:
+                    raise UnknownUser(f"no user {user_id!r}")
+        user = self.get_user(user_id)
+        if user is None:
+            raise UnknownUser(f"no user {user_id!r}")
+        return user
+
+    def list_users(self) -> list[UserRecord]:
+        with self.engine.connect() as db:
+            return [_user(row) for row in db.execute(sa.select(users).order_by(users.c.id))]
+
+    # execution planes
+
+    def register_vm(self, vm_id: str, user_id: str) -> None:
+        values = {"id": vm_id, "user_id": user_id, "connected": 0, "created_at": now_ms()}
+        with self.engine.begin() as db:
+            _insert_ignoring_duplicates(db, vms, values, ["id"])
+
+    def set_vm_connected(self, vm_id: str, user_id: str, connected: bool) -> None:
+        """Record a connect or a disconnect (the row is created when the VM is new)."""
+        now = now_ms()
+        with self.engine.begin() as db:
+            _insert_ignoring_duplicates(
+                db, vms, {"id": vm_id, "user_id": user_id, "connected": 0, "created_at": now}, ["id"]
+            )
+            db.execute(
+                sa.update(vms)
+                .where(vms.c.id == vm_id, vms.c.user_id == user_id)
+                .values(connected=int(connected), last_seen=now)
+            )
+
+    def touch_vm(self, vm_id: str) -> None:
+        with self.engine.begin() as db:
+            db.execute(sa.update(vms).where(vms.c.id == vm_id).values(last_seen=now_ms()))
+
+    def get_vm(self, vm_id: str) -> VmRecord | None:
+        with self.engine.connect() as db:
+            row = db.execute(sa.select(vms).where(vms.c.id == vm_id)).first()
+        return None if row is None else _vm(row)
+
+    def list_vms(self, user_id: str) -> list[VmRecord]:
+        with self.engine.connect() as db:
+            rows = db.execute(sa.select(vms).where(vms.c.user_id == user_id).order_by(vms.c.created_at))
+            return [_vm(row) for row in rows]
+
+    def mark_all_vms_disconnected(self) -> None:
+        """At start-up: no execution plane is connected to a process that just started."""
+        with self.engine.begin() as db:
+            db.execute(sa.update(vms).where(vms.c.connected != 0).values(connected=0))
+
+    # sessions
+
+    def claim_session(self, session_id: str, user_id: str) -> SessionRecord:
+        """The session, created for ``user_id`` if new; whoever owns it is in the returned record."""
+        now = now_ms()
+        values = {
+            "id": session_id,
+            "user_id": user_id,
+            "status": "running",
+            "created_at": now,
+            "updated_at": now,
+        }
+        with self.engine.begin() as db:
+            _insert_ignoring_duplicates(db, sessions, values, ["id"])
+            row = db.execute(sa.select(sessions).where(sessions.c.id == session_id)).one()
+        return _session(row)
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        with self.engine.connect() as db:
+            row = db.execute(sa.select(sessions).where(sessions.c.id == session_id)).first()
+        return None if row is None else _session(row)
+
+    def set_session_status(self, session_id: str, user_id: str, status: SessionStatus) -> None:
+        with self.engine.begin() as db:
+            db.execute(
+                sa.update(sessions)
+                .where(sessions.c.id == session_id, sessions.c.user_id == user_id)
+                .values(status=status, updated_at=now_ms())
+            )
+
+    def list_sessions(self, user_id: str) -> list[SessionRecord]:
+        with self.engine.connect() as db:
+            rows = db.execute(
+                sa.select(sessions).where(sessions.c.user_id == user_id).order_by(sessions.c.created_at)
+            )
+            return [_session(row) for row in rows]
+
+    # fire-and-forget records (each insert is idempotent by (user_id, id))
+
+    def add_usage(
+        self, user_id: str, record_id: str, session_id: str, params: Mapping[str, Any], ts: Any
+    ) -> bool:
+        received = now_ms()
+        extra = {k: v for k, v in params.items() if k not in ("model", "tokens_in", "tokens_out")}
+        model = params.get("model")
+        values = {
+            "user_id": user_id,
+            "id": record_id,
+            "session_id": session_id,
+            "model": model if isinstance(model, str) else None,
+            "tokens_in": _int_or_none(params.get("tokens_in")),
+            "tokens_out": _int_or_none(params.get("tokens_out")),
+            "extra": _jsonable(extra) if extra else None,
+            "ts": parse_ts(ts, received),
+            "received_at": received,
+        }
+        with self.engine.begin() as db:
+            return _insert_ignoring_duplicates(db, usage, values, ["user_id", "id"])
+
+    def add_audit(
+        self, user_id: str, record_id: str, session_id: str, params: Mapping[str, Any], ts: Any
+    ) -> bool:
+        received = now_ms()
+        event = params.get("event")
+        details = params.get("details")
+        values = {
+            "user_id": user_id,
+            "id": record_id,
+            "session_id": session_id,
+            "event": event if isinstance(event, str) and event else "unknown",
+            "details": _jsonable(details) if details is not None else None,
+            "ts": parse_ts(ts, received),
+            "received_at": received,
+        }
+        with self.engine.begin() as db:
+            return _insert_ignoring_duplicates(db, audit, values, ["user_id", "id"])
+
+    def add_evolution(
+        self, user_id: str, record_id: str, session_id: str, params: Mapping[str, Any], ts: Any
+    ) -> bool:
+        received = now_ms()
+        values = {
+            "user_id": user_id,
+            "id": record_id,
+            "session_id": session_id,
+            "data": _jsonable(dict(params)),
+            "ts": parse_ts(ts, received),
+            "received_at": received,
+        }
+        with self.engine.begin() as db:
+            return _insert_ignoring_duplicates(db, evolution_submissions, values, ["user_id", "id"])
+
+    def upsert_snapshot(self, user_id: str, session_id: str, data: Mapping[str, Any], ts: Any) -> bool:
+        """Store the session's snapshot unless a newer one is stored; ``True`` if it was stored."""
+        now = now_ms()
+        values = {
+            "user_id": user_id,
+            "session_id": session_id,
+            "data": _jsonable(dict(data)),
+            "ts": parse_ts(ts, now),
+            "updated_at": now,
+        }
+        with self.engine.begin() as db:
+            dialect = db.dialect.name
+            if dialect in ("postgresql", "sqlite"):
+                module: Any = postgresql if dialect == "postgresql" else sqlite
+                statement = module.insert(snapshots).values(**values)
+                statement = statement.on_conflict_do_update(
+                    index_elements=["user_id", "session_id"],
+                    set_={
+                        "data": statement.excluded.data,
+                        "ts": statement.excluded.ts,
+                        "updated_at": statement.excluded.updated_at,
+                    },
+                    where=statement.excluded.ts >= snapshots.c.ts,
+                )
+                return _added(db, statement, snapshots)
+            key = (snapshots.c.user_id == user_id) & (snapshots.c.session_id == session_id)
+            changed = db.execute(
+                sa.update(snapshots).where(key, snapshots.c.ts <= values["ts"]).values(**values)
+            ).rowcount
+            if changed:
+                return True
+            return _insert_ignoring_duplicates(db, snapshots, values, ["user_id", "session_id"])
+
+    def get_snapshot(self, user_id: str, session_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as db:
+            row = db.execute(
+                sa.select(snapshots.c.data).where(
+                    snapshots.c.user_id == user_id, snapshots.c.session_id == session_id
+                )
+            ).first()
+        return None if row is None else dict(row.data)
+
+    def list_usage(self, user_id: str) -> list[dict[str, Any]]:
+        return self._rows(usage, user_id)
+
+    def list_audit(self, user_id: str) -> list[dict[str, Any]]:
+        return self._rows(audit, user_id)
+
+    def list_evolution(self, user_id: str) -> list[dict[str, Any]]:
+        return self._rows(evolution_submissions, user_id)
+
+    def _rows(self, table: sa.Table, user_id: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as db:
+            rows = db.execute(
+                sa.select(table).where(table.c.user_id == user_id).order_by(table.c.ts, table.c.id)
+            )
+            return [dict(row._mapping) for row in rows]
+
+    # skill packages
+
+    def add_skill_package(
+        self, skill_id: str, version: str, files: list[dict[str, Any]], user_id: str | None = None
+    ) -> SkillPackageRecord:
+        created = now_ms()
+        values = {
+            "skill_id": skill_id,
+            "version": version,
+            "user_id": user_id,
+            "files": files,
+            "created_at": created,
+        }
+        where = "user_id IS NULL" if user_id is None else "user_id IS NOT NULL"
+        keys = ["skill_id", "version"] if user_id is None else ["skill_id", "version", "user_id"]
+        with self.engine.begin() as db:
+            dialect = db.dialect.name
+            if dialect in ("postgresql", "sqlite"):
+                module: Any = postgresql if dialect == "postgresql" else sqlite
+                statement = (
+                    module.insert(skill_packages)
+                    .values(**values)
+                    .on_conflict_do_nothing(index_elements=keys, index_where=sa.text(where))
+                )
+                added = _added(db, statement, skill_packages)
+            else:
+                try:
+                    with db.begin_nested():
+                        db.execute(skill_packages.insert().values(**values))
+                    added = True
+                except sa.exc.IntegrityError:
+                    added = False
+        if not added:
+            owner = "globally" if user_id is None else f"for user {user_id!r}"
+            raise SkillPackageExists(f"skill {skill_id!r} version {version!r} is published {owner} already")
+        return SkillPackageRecord(skill_id, version, user_id, files, created)
+
+    def find_skill_package(self, user_id: str, skill_id: str, version: str) -> SkillPackageRecord | None:
+        """The user's own package first, then a global one; ``latest`` is the newest published."""
+        for owner in (user_id, None):
+            owner_clause = (
+                skill_packages.c.user_id.is_(None) if owner is None else skill_packages.c.user_id == owner
+            )
+            query = sa.select(skill_packages).where(skill_packages.c.skill_id == skill_id, owner_clause)
+            if version != "latest":
+                query = query.where(skill_packages.c.version == version)
+            query = query.order_by(skill_packages.c.created_at.desc(), skill_packages.c.id.desc()).limit(1)
+            with self.engine.connect() as db:
+                row = db.execute(query).first()
+            if row is not None:
+                return _package(row)
+        return None
+
+    def list_skill_versions(self, user_id: str | None, skill_id: str) -> list[str]:
+        """Versions of ``skill_id`` visible to ``user_id`` (own and global; ``None``: global only)."""
+        owner_clause: sa.ColumnElement[bool] = skill_packages.c.user_id.is_(None)
+        if user_id is not None:
+            owner_clause = owner_clause | (skill_packages.c.user_id == user_id)
+        with self.engine.connect() as db:
+            rows = db.execute(
+                sa.select(skill_packages.c.version)
+                .where(skill_packages.c.skill_id == skill_id, owner_clause)
+                .order_by(skill_packages.c.created_at, skill_packages.c.id)
+            )
+            return list(dict.fromkeys(row.version for row in rows))
+
+
+# -- tickets -------------------------------------------------------------------------------------
+
+
+class SqlTicketBackend:
+    """:class:`clawlet.cluster.auth.TicketBackend` in the ``tickets`` table.
+
+    ``claim`` is a single ``UPDATE … SET used_at = now WHERE digest = … AND used_at IS NULL``: of
+    any number of concurrent claims (threads, processes, control-plane replicas on one PostgreSQL)
+    exactly one changes the row and is ``first``. Expiry is judged by :class:`TicketStore`.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def add(self, key: str, record: TicketRecord) -> None:
+        with self.engine.begin() as db:
+            db.execute(
+                tickets.insert().values(
+                    digest=key,
+                    user_id=record.user_id,
+                    vm_id=record.vm_id,
+                    issued_at=record.issued_at,
+                    expires_at=record.expires_at,
+                    used_at=record.redeemed_at,
+                )
+            )
+
+    def claim(self, key: str, now: float) -> Claim | None:
+        with self.engine.begin() as db:
+            first = bool(
+                db.execute(
+                    sa.update(tickets)
+                    .where(tickets.c.digest == key, tickets.c.used_at.is_(None))
+                    .values(used_at=now)
+                ).rowcount
+            )
+            row = db.execute(sa.select(tickets).where(tickets.c.digest == key)).first()
+        if row is None:
+            return None
+        record = TicketRecord(
+            user_id=row.user_id,
+            vm_id=row.vm_id,
+            issued_at=float(row.issued_at),
+            expires_at=float(row.expires_at),
+            redeemed_at=None if first else float(row.used_at),
+        )
+        return Claim(record, first=first)
+
+    def purge(self, before: float) -> int:
+        with self.engine.begin() as db:
+            return int(db.execute(sa.delete(tickets).where(tickets.c.expires_at < before)).rowcount)
