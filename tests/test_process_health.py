@@ -237,6 +237,7 @@ def test_health_in_demo_mode(server: LiveServer, settings: Settings) -> None:
     assert body["checks"]["mcp"]["status"] == "not_configured"
     runtime = body["checks"]["openclaw_runtime"]
     assert runtime["status"] in {"healthy", "unavailable"} and runtime["details"]["optional"] is True
+    assert body["openclaw_available"] is (runtime["status"] == "healthy")
     assert body["checks"]["inbox"]["status"] == "healthy"
     assert body["checks"]["inbox"]["details"] == {"backend": "local", "tasks": 0}
     assert not list(settings.paths.root.glob(".health-*"))  # the probe file is removed

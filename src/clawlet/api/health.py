@@ -353,6 +353,8 @@ async def health(request: Request) -> JSONResponse:
         "timestamp": _now(),
         "uptime": uptime,
         "uptime_seconds": uptime,
+        # seed 001: whether sessions with runtime_type "openclaw" can run on this machine
+        "openclaw_available": checks["openclaw_runtime"]["status"] == "healthy",
         "checks": checks,
     }
     return JSONResponse(body, status_code=503 if status == "unhealthy" else 200)
