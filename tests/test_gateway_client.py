@@ -194,7 +194,7 @@ async def test_start_retries_a_retryable_refusal_while_the_gateway_starts(
     gateway.connect_error = GatewayError(
         UNAVAILABLE, "gateway starting; retry shortly", {"reason": "startup-sidecars"}, True, 300
     )
-    client = harness.client(gateway.url)
+    client = harness.client(gateway.url, request_timeout=20.0)  # room for a loaded machine
 
     async def lift() -> None:
         await until(lambda: len(gateway.connections) >= 2, "a retried connect")

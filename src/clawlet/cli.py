@@ -1,4 +1,4 @@
-"""The ``clawlet`` command: ``init``, ``serve`` and ``chat``."""
+"""The ``clawlet`` command: ``init``, ``serve``, ``chat`` and ``exec-plane``."""
 
 from __future__ import annotations
 
@@ -161,6 +161,50 @@ async def _chat(settings: Settings, session_id: str, messages: Sequence[str]) ->
         await services.sessions.shutdown()
 
 
+def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
+    """The execution-plane daemon (cluster mode), configured by its environment."""
+    import os
+    from pathlib import Path
+
+    from clawlet.cluster.client import (
+        ENV_CONTROL_PLANE_WS,
+        ENV_USER_ID,
+        ENV_VM_TICKET,
+        ENV_VM_TOKEN,
+        safe_url,
+    )
+    from clawlet.cluster.exec_plane import run_exec_plane
+    from clawlet.logs import configure_logging
+
+    names = (ENV_USER_ID, ENV_VM_TOKEN, ENV_VM_TICKET, ENV_CONTROL_PLANE_WS)
+    missing = [name for name in names if name != ENV_VM_TICKET and not os.environ.get(name, "").strip()]
+    if missing:
+        print(
+            f"error: clawlet exec-plane is configured by the environment variables {', '.join(names)}; "
+            f"missing: {', '.join(missing)}",
+            file=sys.stderr,
+        )
+        return 2
+    if not os.environ.get(ENV_VM_TICKET, "").strip():
+        print(
+            f"note: {ENV_VM_TICKET} is not set: connecting with the VM token alone"
+            " (as a restarted daemon does)",
+            file=sys.stderr,
+        )
+    state = Path(state_dir).expanduser() if state_dir else settings.home.expanduser() / "exec-plane"
+    print(
+        f"clawlet {__version__} exec-plane · user {os.environ[ENV_USER_ID].strip()} · control plane "
+        f"{safe_url(os.environ[ENV_CONTROL_PLANE_WS].strip())} · state {state}",
+        flush=True,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        return asyncio.run(run_exec_plane(state, settings, demo_token_delay=DEMO_TOKEN_DELAY))
+    except ValueError as exc:  # e.g. CONTROL_PLANE_WS is not a ws:// or wss:// URL
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clawlet", description="A transparent, file-driven AI agent.")
     parser.add_argument("--version", action="version", version=f"clawlet {__version__}")
@@ -179,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", default=None, help="session id to continue (default: a new one)")
     chat.add_argument(
         "-m", "--message", action="append", default=[], help="send this message and exit (repeatable)"
+    )
+    exec_plane = sub.add_parser(
+        "exec-plane",
+        help="run the execution-plane daemon of a user machine (cluster mode; configured by "
+        "USER_ID, VM_TOKEN, VM_TICKET, CONTROL_PLANE_WS)",
+    )
+    exec_plane.add_argument(
+        "--state-dir",
+        default=None,
+        help="where sessions, memory and caches live (default: <home>/exec-plane)",
     )
     return parser
 
@@ -199,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_init(settings)
     if args.command == "serve":
         return cmd_serve(settings)
+    if args.command == "exec-plane":
+        return cmd_exec_plane(settings, args.state_dir)
     session_id = args.session or uuid.uuid4().hex
     return asyncio.run(_chat(settings, session_id, args.message))
 

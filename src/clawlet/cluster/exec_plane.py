@@ -1,0 +1,690 @@
+"""``clawlet exec-plane``: the daemon on each user machine (seed 001 §1, §4, §5, §6, §10).
+
+:class:`ExecPlane` serves the sessions the control plane starts over the machine's one WebSocket
+(:class:`~clawlet.cluster.client.ControlPlaneClient`), multiplexed by ``session_id``:
+
+* ``start_session`` picks the runtime from ``runtime_type`` through a factory table: ``engine``
+  (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
+  (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`). ``openclaw`` and any other type
+  are refused with an ``execution_error`` and nothing is started (no fallback to another runtime);
+  later messages to a refused session get the same error. The session is registered with the client
+  the moment its ``start_session`` frame is read (from the client's ``on_frame`` observer: the client
+  runs handlers as tasks of their own, so a ``user_message`` right behind ``start_session`` would
+  otherwise reach an unknown session and be dropped); that message waits for the process to start.
+  A ``stop_session`` is likewise tied to the session it was read for, so ``stop_session`` followed at
+  once by ``start_session`` of the same id starts a new session after the old one has stopped.
+  :class:`ExecPlane` takes over the client's ``on_start_session``, ``on_stop_session`` and
+  ``on_frame`` (an ``on_frame`` set before it is still called).
+* ``user_message`` (``data.content``, or the seed's ``data.message``) runs one turn; the turn's events
+  go out as ``sse_event`` frames (:mod:`clawlet.cluster.events`), its token usage as ``usage_report``.
+  Turns of one session run one after another, in arrival order; sessions run side by side.
+* ``cancel`` cancels the running turn (``execution_complete {cancelled:true}`` with the partial text)
+  and any turn still waiting behind it.
+* ``stop_session`` stops the session's process (a running turn is cancelled), sends a last
+  ``snapshot_sync`` and forgets the session. Its files stay: a later ``start_session`` with the same
+  id continues the conversation.
+* Every ``snapshot_interval`` seconds (60) each session's snapshot (short-term memory + newest
+  checkpoint) goes out as ``fire_and_forget snapshot_sync``; the round is skipped while the control
+  plane is unreachable (degraded mode: sessions keep running on local memory, checkpoints, direct LLM
+  calls, code execution and cached skills; SSE events and usage reports wait in the client).
+
+A session that fails (its process crashes, hangs, or cannot start) reports ``execution_error`` for the
+turn it was running and nothing else is affected; its next message starts a new process.
+
+Layout of ``state_dir`` (the seed's ``~/.semibot``)::
+
+    usage_queue.jsonl             fire-and-forget records waiting to be sent (the client's)
+    home/                         the clawlet home all sessions of the user share (the seed: the VM is
+                                  the user's computer): workspace/, skills/, memory/MEMORY.md, knowledge/
+    home/.skills/<skill_id>/      skill packages fetched from the control plane (shared cache)
+    sessions/<session_id>/        memory/ (conversation.md, context.json, scratchpad.md),
+                                  checkpoints/, transcript/, process.log
+
+API keys come from the control plane's ``init`` (in memory; passed to session processes over their
+pipes only) and override the provider keys of ``settings``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, cast
+
+from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
+from clawlet.cluster.events import execution_error, forward_event
+from clawlet.cluster.protocol import FF_SNAPSHOT_SYNC
+from clawlet.cluster.session_process import (
+    ProcessOptions,
+    ProcessSessionAdapter,
+    RequestHandler,
+    SessionProcessSpec,
+    SkillRef,
+)
+from clawlet.cluster.skill_cache import (
+    SkillIndexEntry,
+    SkillPackageCache,
+    available_skills_block,
+    check_requirements,
+    parse_skill_index,
+)
+from clawlet.config import Settings
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.events import TERMINAL_EVENTS, RunCancelled, RunFailed, RunFinished, TextDelta
+from clawlet.home import init_home
+from clawlet.llm.providers import describe_model
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+from clawlet.sessions.store import InvalidSessionId, validate_session_id
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUNTIME_TYPE: Final = "engine"
+RUNTIME_ALIASES: Final[Mapping[str, str]] = {"semigraph": "engine"}
+"""The seed's names for clawlet's runtimes."""
+NOT_AVAILABLE_RUNTIMES: Final[Mapping[str, str]] = {
+    "openclaw": "the OpenClaw bridge is not available on this exec plane yet",
+}
+SNAPSHOT_SYNC_INTERVAL: Final = 60.0
+HOME_DIR: Final = "home"
+SESSIONS_DIR: Final = "sessions"
+SKILL_CACHE_DIR: Final = ".skills"
+"""Under the shared home, so the agent's ``read_file`` and ``terminal`` reach the packages."""
+LOAD_SKILL_TOOL: Final = "load_skill"
+API_KEY_FIELDS: Final[Mapping[str, str]] = {
+    "openai": "openai_api_key",
+    "anthropic": "anthropic_api_key",
+    "deepseek": "deepseek_api_key",
+}
+"""``init.api_keys`` provider names → the settings field each key goes to."""
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """Everything a runtime factory gets to build one session's adapter."""
+
+    session_id: str
+    runtime_type: str
+    session_dir: Path
+    settings: Settings
+    skills: tuple[SkillIndexEntry, ...]
+    """The skill index entries whose requirements this machine meets."""
+    on_request: RequestHandler
+    """Answers a runtime's requests that need the control plane (``load_skill``)."""
+    data: Mapping[str, Any]
+    """``start_session``'s data as received."""
+
+
+AdapterFactory = Callable[[SessionSpec], RuntimeAdapter]
+
+
+@dataclass(eq=False)
+class _Session:
+    session_id: str
+    runtime_type: str
+    adapter: RuntimeAdapter | None = None
+    refusal: str | None = None
+    model: str = ""
+    context: RunContext = DEFAULT_CONTEXT
+    skill_ids: frozenset[str] = frozenset()
+    handled: bool = False
+    """Its ``start_session`` is being (or was) handled."""
+    replaces: _Session | None = None
+    """A stopping session of the same id this one must wait for."""
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    prepared: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the session was refused or its runtime is starting."""
+    starting: asyncio.Task[None] | None = None
+    stop_task: asyncio.Task[None] | None = None
+    turn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    cancel_epoch: int = 0
+    turn_running: bool = False
+    stopping: bool = False
+
+
+def session_settings(
+    base: Settings, agent_config: Mapping[str, Any], api_keys: Mapping[str, str]
+) -> Settings:
+    """``base`` with the control plane's API keys and the agent's ``model`` and ``temperature``.
+
+    With ``provider=auto`` the model name picks the provider (``claude…`` → anthropic,
+    ``deepseek…`` → deepseek, anything else → an OpenAI-compatible endpoint when an OpenAI key or base
+    URL is there); with ``provider=demo`` the agent's model is ignored."""
+    update: dict[str, Any] = {}
+    for provider, key in api_keys.items():
+        field_name = API_KEY_FIELDS.get(provider.lower())
+        if field_name is None:
+            log.info("ignoring an API key for the unknown provider %r", provider)
+        elif key:
+            update[field_name] = key
+    temperature = agent_config.get("temperature")
+    if isinstance(temperature, int | float) and not isinstance(temperature, bool):
+        update["temperature"] = float(temperature)
+    model = agent_config.get("model")
+    if isinstance(model, str) and model.strip() and base.provider != "demo":
+        model = model.strip()
+        update["llm_model"] = model
+        if base.provider == "auto":
+            lowered = model.lower()
+            if lowered.startswith("claude"):
+                update["provider"] = "anthropic"
+            elif lowered.startswith("deepseek"):
+                update["provider"] = "deepseek"
+            elif (
+                update.get("openai_api_key")
+                or base.openai_api_key
+                or base.llm_base_url
+                or base.openai_base_url
+            ):
+                update["provider"] = "openai"
+    return base.model_copy(update=update)
+
+
+def session_prompt(agent_config: Mapping[str, Any], skills_block: str) -> str:
+    """The per-session part of the system prompt: the agent's ``system_prompt`` and the skill index."""
+    parts: list[str] = []
+    system_prompt = agent_config.get("system_prompt")
+    if isinstance(system_prompt, str) and system_prompt.strip():
+        parts.append(system_prompt.strip())
+    if skills_block:
+        parts.append(skills_block.rstrip())
+    return "\n\n".join(parts)
+
+
+class ExecPlane:
+    """Serves the control plane's sessions on this machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        state_dir: Path | str,
+        settings: Settings,
+        *,
+        adapter_factories: Mapping[str, AdapterFactory] | None = None,
+        process_options: ProcessOptions | None = None,
+        snapshot_interval: float = SNAPSHOT_SYNC_INTERVAL,
+        demo_token_delay: float = 0.0,
+    ) -> None:
+        self.client = client
+        self.state_dir = Path(state_dir).expanduser().resolve()
+        self.home = self.state_dir / HOME_DIR
+        self.sessions_dir = self.state_dir / SESSIONS_DIR
+        self.skills_dir = self.home / SKILL_CACHE_DIR
+        self.settings = settings.model_copy(update={"home": self.home})
+        self.process_options = process_options or ProcessOptions()
+        self.snapshot_interval = snapshot_interval
+        self.demo_token_delay = demo_token_delay
+        self.adapter_factories: dict[str, AdapterFactory] = dict(
+            adapter_factories or {DEFAULT_RUNTIME_TYPE: self.engine_process_adapter}
+        )
+        self.snapshots_sent = 0
+        self.snapshot_rounds_skipped = 0
+        self._sessions: dict[str, _Session] = {}
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._stop_targets: dict[str, deque[_Session]] = {}
+        self._closed = False
+        self._frame_observer = client.on_frame
+        client.on_start_session = self.start_session
+        client.on_stop_session = self.stop_session
+        client.on_frame = self._observe_frame
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Prepare the state directory and start the periodic snapshot sync."""
+        await asyncio.to_thread(init_home, self.settings.paths)
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        if self._snapshot_task is None:
+            self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="exec-plane-snapshots")
+
+    async def shutdown(self) -> None:
+        """Stop every session (running turns are cancelled; a last snapshot is sent if connected)."""
+        self._closed = True
+        task, self._snapshot_task = self._snapshot_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        sessions = list(self._sessions.values())
+        results = await asyncio.gather(*(self._stop(session) for session in sessions), return_exceptions=True)
+        for session, result in zip(sessions, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("stopping session %s failed: %s", session.session_id, result)
+
+    @property
+    def sessions(self) -> frozenset[str]:
+        return frozenset(self._sessions)
+
+    def adapter(self, session_id: str) -> RuntimeAdapter | None:
+        session = self._sessions.get(session_id)
+        return session.adapter if session is not None else None
+
+    def session_context(self, session_id: str) -> RunContext | None:
+        """The per-turn context a session's turns run with (its system prompt and skill index)."""
+        session = self._sessions.get(session_id)
+        return session.context if session is not None else None
+
+    def session_pids(self) -> dict[str, int]:
+        """The process id of every session that has a running process."""
+        pids: dict[str, int] = {}
+        for sid, session in self._sessions.items():
+            if isinstance(session.adapter, ProcessSessionAdapter) and session.adapter.pid is not None:
+                pids[sid] = session.adapter.pid
+        return pids
+
+    # -- the runtime factory -------------------------------------------------------------------
+
+    def engine_process_adapter(self, spec: SessionSpec) -> RuntimeAdapter:
+        """The ``engine`` runtime: clawlet's engine in a session process."""
+        skills = tuple(SkillRef(entry.skill_id, entry.name, entry.version) for entry in spec.skills)
+        process_spec = SessionProcessSpec(
+            session_dir=spec.session_dir,
+            settings=spec.settings,
+            skills=skills,
+            on_request=spec.on_request,
+            demo_token_delay=self.demo_token_delay,
+        )
+        return ProcessSessionAdapter(process_spec, self.process_options)
+
+    def _refusal(self, requested: str, runtime_type: str) -> str | None:
+        if runtime_type in self.adapter_factories:
+            return None
+        supported = ", ".join(sorted(self.adapter_factories))
+        aliases = ", ".join(f"{alias} = {name}" for alias, name in RUNTIME_ALIASES.items())
+        why = NOT_AVAILABLE_RUNTIMES.get(runtime_type)
+        if why is not None:
+            return (
+                f"runtime_type {requested!r} is not available: {why}. The session was not started "
+                f"(no fallback to another runtime); supported: {supported} ({aliases})."
+            )
+        return (
+            f"unknown runtime_type {requested!r}; supported: {supported} ({aliases}). "
+            "The session was not started."
+        )
+
+    # -- control-plane handlers ----------------------------------------------------------------
+
+    def _observe_frame(self, direction: str, frame: dict[str, Any]) -> None:
+        """Claim a session the moment its ``start_session`` frame is read.
+
+        The client runs every handler as a task of its own, so a ``user_message`` read right behind
+        ``start_session`` is routed (and, to an unknown session, dropped) before the start handler
+        has run. The frame observer is called synchronously while the frame is dispatched, before
+        any later frame is read: registering the session here is what keeps that message."""
+        try:
+            session_id = frame.get("session_id")
+            if direction == "in" and isinstance(session_id, str) and not self._closed:
+                if frame.get("type") == "start_session":
+                    self._claim(session_id)
+                elif frame.get("type") == "stop_session":  # a start right behind it is a new session
+                    session = self._sessions.get(session_id)
+                    if session is not None:
+                        self._mark_stopping(session)
+                        self._stop_targets.setdefault(session_id, deque()).append(session)
+        finally:
+            if self._frame_observer is not None:
+                self._frame_observer(direction, frame)
+
+    def _claim(self, session_id: str) -> _Session | None:
+        """The session for a ``start_session`` of ``session_id``, created and registered with the
+        client if needed (``None`` for an invalid id)."""
+        try:
+            validate_session_id(session_id)
+        except InvalidSessionId:
+            return None
+        current = self._sessions.get(session_id)
+        if current is not None and not current.stopping:
+            return current
+        session = _Session(session_id, "", replaces=current)
+        self._sessions[session_id] = session
+        self.client.register_session(
+            session_id,
+            functools.partial(self._on_user_message, session),
+            functools.partial(self._on_cancel, session),
+        )
+        return session
+
+    async def start_session(self, data: dict[str, Any]) -> None:
+        """``start_session``: create the session's runtime from ``runtime_type`` and start it."""
+        raw_id = data.get("session_id")
+        if not isinstance(raw_id, str) or not raw_id:
+            log.warning("start_session without a session_id; ignored")
+            return
+        try:
+            session_id = validate_session_id(raw_id)
+        except InvalidSessionId as exc:
+            await self._error(raw_id, f"session {raw_id!r} was not started: {exc}")
+            return
+        if self._closed:
+            await self._error(session_id, "the exec plane is shutting down; the session was not started")
+            return
+        session = self._claim(session_id)
+        assert session is not None
+        if session.handled:
+            log.info("session %s is already running; ignoring a repeated start_session", session_id)
+            return
+        session.handled = True
+        requested = data.get("runtime_type") or DEFAULT_RUNTIME_TYPE
+        requested = requested if isinstance(requested, str) else repr(requested)
+        runtime_type = RUNTIME_ALIASES.get(requested.strip().lower(), requested.strip().lower())
+        session.runtime_type = runtime_type
+        if session.replaces is not None:  # the same id was being stopped: let that finish first
+            await session.replaces.stopped.wait()
+            session.replaces = None
+            if session.stopping:  # and this one was stopped meanwhile
+                return
+        refusal = self._refusal(requested, runtime_type)
+        spec: SessionSpec | None = None
+        if refusal is None:
+            try:
+                spec = self._session_spec(session, data)
+            except Exception as exc:
+                refusal = f"session {session_id} was not started: {exc}"
+        if refusal is None and spec is not None:
+            try:
+                session.adapter = self.adapter_factories[runtime_type](spec)
+            except Exception as exc:
+                refusal = f"session {session_id} was not started: {type(exc).__name__}: {exc}"
+                log.exception("could not create the %s runtime for session %s", runtime_type, session_id)
+        if session.adapter is None:
+            session.refusal = refusal or "the session was not started"
+            session.prepared.set()
+            log.warning("refused session %s: %s", session_id, session.refusal)
+            await self._error(session_id, session.refusal)
+            return
+        session.starting = asyncio.create_task(self._start_adapter(session), name=f"start-{session_id}")
+        session.prepared.set()
+        await session.starting
+
+    def _session_spec(self, session: _Session, data: Mapping[str, Any]) -> SessionSpec:
+        agent_config = data.get("agent_config") or {}
+        if not isinstance(agent_config, Mapping):
+            raise ValueError("agent_config must be an object")
+        settings = session_settings(self.settings, agent_config, self.client.api_keys)
+        session.model = describe_model(settings).name  # ProviderConfigError for an incomplete provider
+        index = parse_skill_index(data.get("skill_index"))
+        usable = tuple(entry for entry in index.entries if check_requirements(entry)[0])
+        block = available_skills_block(usable, self.skills_dir, read_tool=LOAD_SKILL_TOOL)
+        session.skill_ids = frozenset(entry.skill_id for entry in usable)
+        session.context = RunContext(extra_system_prompt=session_prompt(agent_config, block))
+        return SessionSpec(
+            session_id=session.session_id,
+            runtime_type=session.runtime_type,
+            session_dir=self.sessions_dir / session.session_id,
+            settings=settings,
+            skills=usable,
+            on_request=functools.partial(self._runtime_request, session),
+            data=data,
+        )
+
+    async def _start_adapter(self, session: _Session) -> None:
+        assert session.adapter is not None
+        try:
+            await session.adapter.start(session.session_id, RunConfig(runtime_type=session.runtime_type))
+        except Exception as exc:
+            log.error("session %s failed to start: %s", session.session_id, exc)
+            await self._error(session.session_id, f"session {session.session_id} failed to start: {exc}")
+        else:
+            log.info("session %s started (runtime %s)", session.session_id, session.runtime_type)
+
+    async def _on_user_message(self, session: _Session, data: dict[str, Any]) -> None:
+        sid = session.session_id
+        await session.prepared.wait()
+        if session.refusal is not None:
+            await self._error(sid, session.refusal)
+            return
+        text = data.get("content", data.get("message"))
+        if not isinstance(text, str) or not text.strip():
+            await self._error(sid, "user_message needs a non-empty string 'content' (or 'message')")
+            return
+        epoch = session.cancel_epoch
+        async with session.turn_lock:
+            if session.stopping or session.adapter is None:
+                await self._error(sid, f"session {sid} was stopped; the message was not run")
+                return
+            if session.starting is not None:
+                await asyncio.shield(session.starting)
+            if session.cancel_epoch != epoch:  # cancelled while it waited
+                await forward_event(self.client, sid, RunCancelled(sid, ""), model=session.model)
+                return
+            session.turn_running = True
+            try:
+                await self._run_turn(session, text, epoch)
+            finally:
+                session.turn_running = False
+
+    async def _run_turn(self, session: _Session, text: str, epoch: int) -> None:
+        """Forward one turn's events; the turn always ends with exactly one final event."""
+        sid, adapter = session.session_id, session.adapter
+        assert adapter is not None
+        finished = False
+        streamed: list[str] = []
+        cancel_sent = False
+        try:
+            async with contextlib.aclosing(
+                adapter.send_message(UserMessage(text, [], session.context))
+            ) as events:
+                async for event in events:
+                    if session.cancel_epoch != epoch and not cancel_sent:  # a cancel that came early
+                        cancel_sent = True
+                        await adapter.cancel()
+                    if isinstance(event, TextDelta):
+                        streamed.append(event.text)
+                    finished = isinstance(event, TERMINAL_EVENTS)
+                    await forward_event(self.client, sid, event, model=session.model)
+                    if finished:
+                        break
+        except Exception as exc:
+            log.exception("session %s: the turn failed", sid)
+            if not finished:
+                finished = True
+                await forward_event(
+                    self.client, sid, RunFailed(f"{type(exc).__name__}: {exc}", sid), model=""
+                )
+        if not finished:  # an in-process adapter's stream ends without lifecycle events
+            await forward_event(self.client, sid, RunFinished("".join(streamed), sid), model="")
+
+    async def _on_cancel(self, session: _Session, data: dict[str, Any]) -> None:
+        session.cancel_epoch += 1
+        if session.adapter is not None and session.turn_running:
+            await session.adapter.cancel()
+
+    async def stop_session(self, data: dict[str, Any]) -> None:
+        """``stop_session``: stop the runtime, send a last snapshot, forget the session."""
+        sid = data.get("session_id")
+        if not isinstance(sid, str):
+            log.info("stop_session without a session_id; ignored")
+            return
+        targets = self._stop_targets.get(sid)  # the session the frame meant, when it was read
+        session = targets.popleft() if targets else self._sessions.get(sid)
+        if targets is not None and not targets:
+            del self._stop_targets[sid]
+        if session is None:
+            log.info("stop_session for unknown session %r; ignored", sid)
+            return
+        await self._stop(session)
+
+    async def _stop(self, session: _Session) -> None:
+        """Stop ``session`` once, however many stop requests there are."""
+        self._mark_stopping(session)
+        if session.stop_task is None:
+            session.stop_task = asyncio.create_task(
+                self._stop_once(session), name=f"stop-{session.session_id}"
+            )
+        await asyncio.shield(session.stop_task)
+
+    async def _stop_once(self, session: _Session) -> None:
+        try:
+            if session.starting is not None:
+                await asyncio.shield(session.starting)
+            adapter = session.adapter
+            if adapter is not None:
+                await adapter.stop()
+                async with session.turn_lock:  # the cancelled turn has sent its final event
+                    pass
+                await self._send_snapshot(session, reason="stop")
+        finally:
+            if self._sessions.get(session.session_id) is session:
+                del self._sessions[session.session_id]
+                self.client.unregister_session(session.session_id)
+            session.stopped.set()
+            log.info("session %s stopped", session.session_id)
+
+    @staticmethod
+    def _mark_stopping(session: _Session) -> None:
+        if session.stopping:
+            return
+        session.stopping = True
+        session.cancel_epoch += 1
+        if session.refusal is None and session.adapter is None:  # stopped before it was started
+            session.refusal = f"session {session.session_id} was stopped"
+        session.prepared.set()
+
+    async def _runtime_request(self, session: _Session, method: str, params: dict[str, Any]) -> Any:
+        """A runtime's request that needs the control plane: ``load_skill {skill_id, version}``
+        (the package is fetched into the shared cache on a miss)."""
+        if method != LOAD_SKILL_TOOL:
+            raise LookupError(f"unknown request {method!r}")
+        skill_id = str(params.get("skill_id") or "")
+        version = str(params.get("version") or "latest")
+        if skill_id not in session.skill_ids:
+            raise LookupError(f"skill {skill_id!r} is not in this session's skill index")
+
+        async def fetch(wanted: str, wanted_version: str) -> Mapping[str, Any]:
+            package = await self.client.get_skill_package(session.session_id, wanted, wanted_version)
+            return cast(Mapping[str, Any], package)
+
+        cache = SkillPackageCache(self.skills_dir, fetch)
+        path = await cache.load(skill_id, version)
+        return {"path": str(path), "skill_md": await asyncio.to_thread(cache.read_skill_md, skill_id)}
+
+    async def _error(self, session_id: str, message: str) -> None:
+        await self.client.send_sse_event(session_id, execution_error(message))
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.snapshot_interval)
+            try:
+                await self.sync_snapshots()
+            except Exception:
+                log.exception("snapshot sync failed")
+
+    async def sync_snapshots(self) -> int:
+        """One snapshot round: ``snapshot_sync`` for every session; skipped while disconnected.
+        Returns how many snapshots were sent."""
+        if not self.client.connected:
+            self.snapshot_rounds_skipped += 1
+            log.info("[degraded] snapshot sync skipped: the control plane is unreachable")
+            return 0
+        sent = 0
+        for session in list(self._sessions.values()):
+            if not session.stopping and await self._send_snapshot(session, reason="periodic"):
+                sent += 1
+        return sent
+
+    async def _send_snapshot(self, session: _Session, *, reason: str) -> bool:
+        adapter = session.adapter
+        if adapter is None or not self.client.connected:
+            return False
+        try:
+            snapshot = await asyncio.to_thread(adapter.get_snapshot)
+        except Exception:
+            log.exception("session %s: could not take a snapshot", session.session_id)
+            return False
+        if not snapshot:
+            return False
+        await self.client.fire_and_forget(session.session_id, FF_SNAPSHOT_SYNC, reason=reason, **snapshot)
+        self.snapshots_sent += 1
+        return True
+
+
+# -- the daemon ----------------------------------------------------------------------------------
+
+
+async def connect_with_retry(client: ControlPlaneClient, stop: asyncio.Event) -> bool:
+    """Connect, retrying on the client's backoff schedule (then every last delay) until it works
+    or ``stop`` is set (False). A final refusal (bad JWT, revoked user) is raised."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            await client.connect()
+            return True
+        except ControlPlaneRefused as exc:
+            if exc.final:
+                raise
+            last: Exception = exc
+        except ControlPlaneUnavailable as exc:
+            last = exc
+        delay = client.backoff[min(attempt, len(client.backoff) - 1)]
+        attempt += 1
+        log.warning("cannot connect to the control plane (%s); retrying in %gs", last, delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+    return False
+
+
+async def run_exec_plane(
+    state_dir: Path | str,
+    settings: Settings,
+    *,
+    environ: Mapping[str, str] | None = None,
+    demo_token_delay: float = 0.0,
+    stop: asyncio.Event | None = None,
+    process_options: ProcessOptions | None = None,
+) -> int:
+    """The daemon: connect (``USER_ID``, ``VM_TOKEN``, ``VM_TICKET``, ``CONTROL_PLANE_WS``), serve
+    sessions until SIGTERM/SIGINT (or ``stop``), then stop every session and close the connection.
+
+    Returns 0 after a requested stop, 1 when the control plane refused this machine for good.
+    ``ValueError`` when the environment is incomplete or invalid."""
+    env = os.environ if environ is None else environ
+    client = ControlPlaneClient.from_env(env, state_dir=state_dir)
+    plane = ExecPlane(
+        client, state_dir, settings, demo_token_delay=demo_token_delay, process_options=process_options
+    )
+    stop = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+            pass
+    code = 0
+    try:
+        await plane.start()
+        log.info(
+            "exec plane for user %s: connecting to %s (state in %s)",
+            client.user_id,
+            safe_url(client.url),
+            plane.state_dir,
+        )
+        if not await connect_with_retry(client, stop):
+            return 0
+        closed = asyncio.create_task(client.wait_closed())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if closed.done() and not closed.cancelled() and closed.exception() is not None:
+            log.error("the control plane connection ended for good: %s", closed.exception())
+            code = 1
+        for task in (closed, stopping):
+            task.cancel()
+        await asyncio.gather(closed, stopping, return_exceptions=True)
+    except ControlPlaneRefused as exc:
+        log.error("%s; not retrying", exc)
+        code = 1
+    finally:
+        log.info("exec plane stopping: %d sessions", len(plane.sessions))
+        await plane.shutdown()
+        await client.close()
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+    return code

@@ -1,0 +1,1006 @@
+"""One OS process per exec-plane session (seed 001 §1, §4.3, §4.10): the child that runs clawlet's
+engine for the session, and :class:`ProcessSessionAdapter`, the parent's ``RuntimeAdapter`` for it.
+
+**Process model.** The parent starts ``<python> -m clawlet.cluster.session_process`` with
+``asyncio.create_subprocess_exec`` and talks to it in JSON lines over the child's stdin and stdout.
+A fresh interpreter rather than ``multiprocessing``: nothing of the daemon (its event loop, its
+WebSocket, the JWT in its memory and environment) is inherited, the child is an ordinary process the
+parent can watch, signal and reap with asyncio alone, and its exit code and signal say why it ended.
+The child starts in a session of its own (a terminal's Ctrl+C reaches only the daemon, which stops
+its sessions in order) with ``VM_TOKEN``/``VM_TICKET`` removed from its environment; its stderr (its
+logs, a traceback if it crashes) goes to ``<session dir>/process.log``. The child moves the pipe to
+private descriptors first and points fd 0 at ``/dev/null`` and fd 1 at stderr, so nothing a library
+prints can corrupt the protocol.
+
+**Pipe protocol** (one JSON object per line)::
+
+    parent → child  init      {session_id, session_dir, settings, skills, demo_token_delay,
+                               heartbeat_interval}              first line; settings holds API keys
+    child → parent  ready     {pid}  |  fatal {error}            the engine is built (or could not be)
+    parent → child  message   {turn, text, context}            run one turn
+    child → parent  event     {turn, event: {kind, …fields}}   each clawlet event of the turn
+    parent → child  cancel    {turn}                           cancel the running turn
+    parent → child  stop      {}                               cancel, then exit 0 (after ``stopped``)
+    child → parent  heartbeat {}                               every ``heartbeat_interval`` seconds
+    child → parent  request   {id, method, params}             e.g. ``load_skill`` (the parent
+    parent → child  response  {id, result} | {id, error}       holds the control-plane connection)
+
+The API keys reach the child only inside ``init`` on the pipe: never in its environment, argv or a
+file. EOF on the child's stdin means the parent is gone: the child cancels its turn and exits, so a
+killed daemon leaves no session processes behind.
+
+**The child** builds clawlet's engine for the clawlet home shared by the user's sessions and runs
+each turn through clawlet's runtime (``SessionManager`` → ``EngineAdapter`` → ``AgentEngine``), which
+keeps the transcript under ``<session dir>/transcript/`` (the history the engine continues from)
+and keeps a cancelled turn's partial output. The session's short-term memory
+(:class:`~clawlet.cluster.session_memory.SessionMemory`, ``<session dir>/memory/``) gets the user
+message before the turn and the assistant's reply (also a partial one) before the turn's final
+event goes out. Every LangGraph step of a turn is checkpointed by
+:class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under ``<session dir>/checkpoints/``: the
+agent graph gets the saver and a thread per turn, and older turns' threads are deleted when a turn
+ends, so the newest checkpoint is always the last turn's state (what the snapshot sync sends). The
+model's input still comes from the transcript, as in local mode: one thread per session would add
+each turn's input to the checkpointed messages, keep a cancelled turn's unanswered tool calls in the
+history and store per-request RAG context for good.
+
+**The parent** (:class:`ProcessSessionAdapter`) turns every way a child can fail into the end of the
+running turn: EOF on its stdout or a non-zero exit (a crash, ``kill -9``) → ``RunFailed`` naming the
+exit code or signal; no line (heartbeats included) for ``heartbeat_timeout`` seconds → the process is
+killed as hung → ``RunFailed``; a turn that has not ended ``cancel_grace`` seconds after ``cancel`` →
+the process is killed → ``RunCancelled`` with the text streamed so far. A dead child is started
+again for the session's next message (its memory, transcript and checkpoints are on disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, cast
+
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, Field
+
+from clawlet.cluster.protocol import MAX_FRAME_BYTES
+from clawlet.cluster.session_memory import SessionMemory
+from clawlet.config import RuntimeConfig, Settings
+from clawlet.engine.agent import AgentEngine
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.events import (
+    TERMINAL_EVENTS,
+    Event,
+    NewSegment,
+    Retrieval,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    Thinking,
+    Title,
+    ToolEnd,
+    ToolStart,
+    Usage,
+)
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+from clawlet.runtime.checkpointer import LocalCheckpointer
+from clawlet.runtime.manager import SessionManager
+from clawlet.tools.base import ToolError
+
+CHILD_MODULE: Final = "clawlet.cluster.session_process"
+log = logging.getLogger(CHILD_MODULE)  # not __name__: the child runs this module as __main__
+LINE_LIMIT: Final = MAX_FRAME_BYTES
+"""The longest line either side accepts."""
+PROCESS_LOG: Final = "process.log"
+"""The child's stderr, in its session directory."""
+MEMORY_ROLE_USER: Final = "user"
+MEMORY_ROLE_ASSISTANT: Final = "assistant"
+CHECKPOINTS_DIR: Final = "checkpoints"
+TRANSCRIPT_DIR: Final = "transcript"
+SECRET_ENVIRONMENT: Final[frozenset[str]] = frozenset({"VM_TOKEN", "VM_TICKET"})
+"""Never passed on to a session process (its tools could read them)."""
+INDEX_LOCK: Final = ".exec-plane-index.lock"
+"""Under the home's ``storage/``: session processes open the shared SQLite indexes one at a time
+(opening runs a read-then-write transaction that fails at once with ``database is locked`` when two
+processes run it together)."""
+CHILD_REQUEST_TIMEOUT: Final = 120.0
+"""How long a child waits for the parent's answer to a request (a skill package fetch)."""
+
+RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+"""``(method, params) -> result``: how the parent answers a child's request."""
+
+
+class SessionProcessError(Exception):
+    """A session process could not be started or is not usable."""
+
+
+# -- events and contexts on the pipe -------------------------------------------------------------
+
+_EVENT_TYPES: Final[dict[str, type[Any]]] = {
+    cls.__name__: cls
+    for cls in (
+        RunStarted,
+        Retrieval,
+        TextDelta,
+        Thinking,
+        ToolStart,
+        ToolEnd,
+        NewSegment,
+        Usage,
+        RunFinished,
+        RunCancelled,
+        RunFailed,
+        Title,
+    )
+}
+
+
+def encode_event(event: Event) -> dict[str, Any]:
+    """``{kind: <class name>, …fields}``: a clawlet event as JSON-safe data."""
+    return {"kind": type(event).__name__, **dataclasses.asdict(event)}
+
+
+def decode_event(data: Mapping[str, Any]) -> Event:
+    """The event :func:`encode_event` produced; ``ValueError`` for anything else."""
+    kind = data.get("kind")
+    cls = _EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cast(Event, cls(**{key: value for key, value in data.items() if key in names}))
+    except TypeError as exc:
+        raise ValueError(f"bad {kind} event: {exc}") from exc
+
+
+def encode_context(context: RunContext) -> dict[str, Any]:
+    return {
+        "allowed_tools": None if context.allowed_tools is None else sorted(context.allowed_tools),
+        "disallowed_tools": sorted(context.disallowed_tools),
+        "extra_system_prompt": context.extra_system_prompt,
+    }
+
+
+def decode_context(data: Any) -> RunContext:
+    if not isinstance(data, Mapping):
+        return DEFAULT_CONTEXT
+    allowed = data.get("allowed_tools")
+    return RunContext(
+        allowed_tools=None if allowed is None else frozenset(map(str, allowed)),
+        disallowed_tools=frozenset(map(str, data.get("disallowed_tools") or ())),
+        extra_system_prompt=str(data.get("extra_system_prompt") or ""),
+    )
+
+
+def _line(message: Mapping[str, Any]) -> bytes:
+    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a process ended, for an ``execution_error``: ``was killed by signal SIGKILL``, ``exited with
+    code 1``."""
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return f"was killed by signal {name}"
+    return f"exited with code {returncode}"
+
+
+# -- the parent side -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SkillRef:
+    """A skill the session's ``load_skill`` tool may load (from the session's skill index)."""
+
+    skill_id: str
+    name: str
+    version: str = "latest"
+
+
+@dataclass(frozen=True)
+class SessionProcessSpec:
+    """What a session process is started with."""
+
+    session_dir: Path
+    settings: Settings
+    """The session's settings (its clawlet home, provider, API keys): sent over the pipe only."""
+    skills: tuple[SkillRef, ...] = ()
+    on_request: RequestHandler | None = None
+    demo_token_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """Timing of a session process (seconds)."""
+
+    python: str = sys.executable
+    start_timeout: float = 60.0
+    """From spawning to ``ready`` (importing LangChain and building the engine)."""
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 30.0
+    """Silence after which the process counts as hung and is killed."""
+    cancel_grace: float = 5.0
+    """How long a cancelled turn may take to end before the process is killed."""
+    stop_grace: float = 5.0
+    """How long ``stop`` waits for the process to exit before killing it."""
+
+
+@dataclass(eq=False)
+class _Turn:
+    turn_id: str
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    finished: bool = False
+    cancel_requested: bool = False
+    segments: list[str] = field(default_factory=list)
+    text: str = ""
+    grace: asyncio.Task[None] | None = None
+
+    def deliver(self, event: Event) -> None:
+        if self.finished:
+            return
+        if isinstance(event, TextDelta):
+            self.text += event.text
+        elif isinstance(event, NewSegment) and self.text:
+            self.segments.append(self.text)
+            self.text = ""
+        if isinstance(event, TERMINAL_EVENTS):
+            self.finished = True
+        self.queue.put_nowait(event)
+
+    @property
+    def partial_text(self) -> str:
+        return "\n\n".join(part for part in [*self.segments, self.text] if part)
+
+
+def child_environment() -> dict[str, str]:
+    """The parent's environment without the VM credentials, with clawlet importable."""
+    env = {key: value for key, value in os.environ.items() if key not in SECRET_ENVIRONMENT}
+    package_root = str(Path(__file__).resolve().parents[2])
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")
+    return env
+
+
+@contextlib.contextmanager
+def _start_errors() -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise SessionProcessError(f"cannot start the session process: {exc}") from exc
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every living descendant of ``pid`` (Linux ``/proc``; elsewhere none are found)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+class ProcessSessionAdapter(RuntimeAdapter):
+    """Runs one session in a child process (see the module docstring).
+
+    Unlike in-process adapters, the stream of :meth:`send_message` carries the run's lifecycle
+    events too (the run lives in the child): it always ends with exactly one ``RunFinished``,
+    ``RunCancelled`` or ``RunFailed`` and never raises for a failed process.
+    """
+
+    def __init__(self, spec: SessionProcessSpec, options: ProcessOptions | None = None) -> None:
+        self.spec = spec
+        self.options = options or ProcessOptions()
+        self.session_id: str | None = None
+        self.runtime_type = "engine"
+        self.turns = 0
+        self.starts = 0
+        """Processes started so far (more than one after a crash)."""
+        self.last_exit: str | None = None
+        """How the previous process ended (``exited with code 0``, ``was killed by signal SIGKILL``)."""
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._turn: _Turn | None = None
+        self._last_seen = time.monotonic()
+        self._kill_reason: str | None = None
+        self._stopped = False
+        self._start_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._memory = SessionMemory(spec.session_dir)
+        self._checkpointer = LocalCheckpointer(spec.session_dir / CHECKPOINTS_DIR)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (``None`` when no child runs)."""
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.pid is not None
+
+    @property
+    def ready(self) -> bool:
+        """The child runs and has built its engine."""
+        ready = self._ready
+        return self.alive and ready is not None and ready.done() and ready.exception() is None
+
+    @property
+    def running(self) -> bool:
+        """A turn is in progress."""
+        return self._turn is not None and not self._turn.finished
+
+    # -- RuntimeAdapter ------------------------------------------------------------------------
+
+    async def start(self, session_id: str, config: RunConfig) -> None:
+        """Start the child and wait until its engine is built; ``SessionProcessError`` if it fails."""
+        self.session_id = session_id
+        self.runtime_type = config.runtime_type
+        await self._ensure_process()
+
+    async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
+        """Run one turn in the child (started first if it is not running) and yield its events.
+
+        ``data.history`` is ignored: the child continues from the session's own transcript."""
+        session_id = self.session_id or ""
+        if self.running:
+            yield RunFailed("a turn is already running in this session", session_id)
+            return
+        turn = _Turn(uuid.uuid4().hex)
+        self.turns += 1
+        try:
+            try:
+                await self._ensure_process()
+            except SessionProcessError as exc:
+                turn.deliver(RunFailed(str(exc), session_id))
+            else:
+                self._turn = turn  # only now: the end of an earlier process must not end this turn
+                message = {
+                    "type": "message",
+                    "turn": turn.turn_id,
+                    "text": data.text,
+                    "context": encode_context(data.context),
+                }
+                if not await self._write(message):
+                    log.info("session %s: the process went away before the turn was sent", session_id)
+                    # the reader sees EOF and ends the turn with RunFailed
+            while True:
+                event = await turn.queue.get()
+                yield event
+                if isinstance(event, TERMINAL_EVENTS):
+                    return
+        finally:
+            if self._turn is turn:
+                if turn.finished:
+                    self._turn = None
+                else:  # the consumer went away mid-turn: do not leave it running
+                    self._spawn(self._cancel_turn(turn), f"cancel-abandoned-turn-{session_id}")
+            if turn.grace is not None and turn.finished:
+                turn.grace.cancel()
+
+    async def cancel(self) -> None:
+        """Cancel the running turn; the process is killed if the turn has not ended after
+        ``cancel_grace`` seconds (the turn then ends with ``RunCancelled`` all the same)."""
+        turn = self._turn
+        if turn is not None and not turn.finished:
+            await self._cancel_turn(turn)
+
+    async def stop(self) -> None:
+        """Stop the child: a running turn is cancelled, then it exits; killed after ``stop_grace``."""
+        self._stopped = True
+        process = self._process
+        if process is not None and process.returncode is None:
+            turn = self._turn
+            if turn is not None:
+                turn.cancel_requested = True
+            await self._write({"type": "stop"})
+            try:
+                await asyncio.wait_for(process.wait(), self.options.stop_grace)
+            except TimeoutError:
+                self._kill(process, f"did not exit within {self.options.stop_grace:g}s of stop")
+                await process.wait()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        tasks = [task for task in (self._watchdog, *self._tasks) if task is not None and not task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def get_snapshot(self) -> dict[str, Any]:
+        """The session's short-term memory and newest checkpoint, read from disk (blocking I/O; so it
+        works whatever state the child is in)."""
+        checkpoints = self._checkpointer.get_all_for_snapshot()["checkpoints"]
+        newest = max(checkpoints, key=lambda entry: str(entry["checkpoint_id"]), default=None)
+        return {
+            "runtime_type": self.runtime_type,
+            "turns": self.turns,
+            "running": self.running,
+            "process_alive": self.alive,
+            "short_term_memory": self._memory.snapshot(),
+            "checkpoint": newest,
+        }
+
+    # -- the child process ---------------------------------------------------------------------
+
+    async def _ensure_process(self) -> None:
+        async with self._start_lock:
+            if self._stopped:
+                raise SessionProcessError("the session was stopped")
+            if self.ready:
+                return
+            process = self._process
+            if process is not None and process.returncode is None:  # a start that failed: replace it
+                self._kill(process, "never became ready")
+                if self._reader is not None:
+                    await asyncio.gather(self._reader, return_exceptions=True)
+            await self._spawn_process()
+
+    async def _spawn_process(self) -> None:
+        spec, options = self.spec, self.options
+        session_id = self.session_id or ""
+        spec.session_dir.mkdir(parents=True, exist_ok=True)
+        home = spec.settings.paths.root
+        home.mkdir(parents=True, exist_ok=True)
+        stderr = await asyncio.to_thread(open, spec.session_dir / PROCESS_LOG, "ab")
+        with stderr, _start_errors():  # the child has its own copy of the descriptor
+            process = await asyncio.create_subprocess_exec(
+                options.python,
+                "-m",
+                CHILD_MODULE,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                env=child_environment(),
+                cwd=str(home),
+                start_new_session=True,
+                limit=LINE_LIMIT,
+            )
+        self.starts += 1
+        self._process = process
+        self._kill_reason = None
+        self._last_seen = time.monotonic()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready = ready
+        self._reader = asyncio.create_task(self._read(process), name=f"session-process-reader-{session_id}")
+        init = {
+            "type": "init",
+            "session_id": session_id,
+            "session_dir": str(spec.session_dir),
+            "settings": spec.settings.model_dump(mode="json"),
+            "skills": [dataclasses.asdict(skill) for skill in spec.skills],
+            "demo_token_delay": spec.demo_token_delay,
+            "heartbeat_interval": options.heartbeat_interval,
+        }
+        await self._write(init)
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), options.start_timeout)
+        except TimeoutError:
+            self._kill(process, f"was not ready within {options.start_timeout:g}s")
+            with contextlib.suppress(SessionProcessError):
+                await ready
+            raise SessionProcessError(
+                f"the session process was not ready within {options.start_timeout:g}s"
+            ) from None
+        log.info("session %s: process %d ready", session_id, process.pid)
+        self._watchdog = asyncio.create_task(
+            self._watch(process), name=f"session-process-watchdog-{session_id}"
+        )
+
+    async def _write(self, message: Mapping[str, Any]) -> bool:
+        """Send one line to the child; False when it is gone."""
+        process = self._process
+        if process is None or process.stdin is None or process.returncode is not None:
+            return False
+        async with self._write_lock:
+            try:
+                process.stdin.write(_line(message))
+                await process.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                return False
+        return True
+
+    async def _read(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        try:
+            while True:
+                try:
+                    raw = await process.stdout.readline()
+                except ValueError:  # a line over LINE_LIMIT
+                    self._kill(process, "sent a message over the size limit")
+                    break
+                if not raw:
+                    break
+                self._last_seen = time.monotonic()
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    log.warning("session %s: ignoring a line that is not JSON", self.session_id)
+                    continue
+                if isinstance(message, dict):
+                    self._dispatch(message)
+        finally:
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), self.options.stop_grace)
+            except TimeoutError:  # closed its stdout but lives on: it is of no use any more
+                self._kill(process, "closed its pipe")
+                await process.wait()
+            self._exited(process)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "event":
+            turn = self._turn
+            if turn is None or message.get("turn") != turn.turn_id:
+                return  # a late event of a turn that already ended here
+            try:
+                event = decode_event(message.get("event") or {})
+            except ValueError as exc:
+                log.warning("session %s: ignoring a bad event: %s", self.session_id, exc)
+                return
+            turn.deliver(event)
+        elif kind == "heartbeat":
+            pass
+        elif kind == "ready":
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+        elif kind == "fatal":
+            error = str(message.get("error") or "unknown error")
+            log.error("session %s: the session process failed to start: %s", self.session_id, error)
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_exception(
+                    SessionProcessError(f"the session process failed to start: {error}")
+                )
+        elif kind == "request":
+            self._spawn(self._answer(message), f"session-request-{self.session_id}")
+        elif kind != "stopped":
+            log.debug("session %s: ignoring a %r message", self.session_id, kind)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        request_id = message.get("id")
+        method = str(message.get("method") or "")
+        params = message.get("params")
+        reply: dict[str, Any] = {"type": "response", "id": request_id}
+        handler = self.spec.on_request
+        try:
+            if handler is None:
+                raise LookupError(f"no handler for {method!r} requests")
+            reply["result"] = await handler(method, params if isinstance(params, dict) else {})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reply["error"] = str(exc) or type(exc).__name__
+        await self._write(reply)
+
+    def _exited(self, process: asyncio.subprocess.Process) -> None:
+        """The child is gone: settle whatever waited for it."""
+        how = describe_exit(process.returncode)
+        reason = self._kill_reason or how
+        self.last_exit = how
+        session_id = self.session_id or ""
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(SessionProcessError(f"the session process {reason} during start-up"))
+        turn = self._turn
+        if turn is not None and not turn.finished:
+            if turn.cancel_requested:
+                log.warning(
+                    "session %s: the session process %s; the turn counts as cancelled", session_id, reason
+                )
+                turn.deliver(RunCancelled(session_id, turn.partial_text))
+            else:
+                log.error("session %s: the session process %s during a turn", session_id, reason)
+                turn.deliver(RunFailed(f"the session process {reason}", session_id))
+        elif process.returncode not in (0, None) and not self._stopped:
+            log.warning("session %s: the idle session process %s", session_id, reason)
+        if self._watchdog is not None and self._watchdog is not asyncio.current_task():
+            self._watchdog.cancel()
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+        """Kill the child when it has been silent (no heartbeat) for ``heartbeat_timeout`` seconds."""
+        interval = min(self.options.heartbeat_interval, self.options.heartbeat_timeout / 2)
+        while process.returncode is None:
+            await asyncio.sleep(interval)
+            silent = time.monotonic() - self._last_seen
+            if process.returncode is None and silent > self.options.heartbeat_timeout:
+                self._kill(process, f"hung (no heartbeat for {silent:.0f}s) and was killed")
+                return
+
+    async def _cancel_turn(self, turn: _Turn) -> None:
+        turn.cancel_requested = True
+        await self._write({"type": "cancel", "turn": turn.turn_id})
+        if turn.grace is None and not turn.finished:
+            turn.grace = self._spawn(self._enforce_cancel(turn), f"cancel-grace-{self.session_id}")
+
+    async def _enforce_cancel(self, turn: _Turn) -> None:
+        await asyncio.sleep(self.options.cancel_grace)
+        process = self._process
+        if not turn.finished and process is not None and process.returncode is None:
+            self._kill(
+                process, f"did not stop within {self.options.cancel_grace:g}s of cancel and was killed"
+            )
+
+    def _kill(self, process: asyncio.subprocess.Process, reason: str) -> None:
+        """SIGKILL the child, its process group, and the process groups of its descendants (tool
+        subprocesses run in sessions of their own)."""
+        if process.returncode is not None:
+            return
+        self._kill_reason = self._kill_reason or reason
+        log.warning("session %s: the session process %s", self.session_id, reason)
+        descendants = _descendants(process.pid)
+        for pid in (process.pid, *descendants):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+# -- the child side ------------------------------------------------------------------------------
+
+
+class LoadSkillInput(BaseModel):
+    name: str = Field(description="The skill's name or id, as listed in <available_skills>.")
+
+
+def make_load_skill_tool(skills: Sequence[SkillRef], request: RequestHandler) -> BaseTool:
+    """``load_skill``: make a skill of the session's index available (fetching its whole package
+    into the shared cache on a miss) and return its ``SKILL.md`` and directory."""
+    by_key: dict[str, SkillRef] = {}
+    for skill in skills:
+        by_key.setdefault(skill.skill_id.lower(), skill)
+        by_key.setdefault(skill.name.lower(), skill)
+
+    async def load_skill(name: str) -> str:
+        key = name.strip().strip("/").rsplit("/", 1)[-1].lower()
+        skill = by_key.get(name.strip().lower()) or by_key.get(key)
+        if skill is None:
+            known = ", ".join(sorted(ref.name for ref in skills)) or "none"
+            raise ToolError(f"unknown skill {name!r}; the available skills are: {known}")
+        try:
+            result = await request("load_skill", {"skill_id": skill.skill_id, "version": skill.version})
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise ToolError(f"skill {skill.name!r} is unavailable: {exc}") from exc
+        if not isinstance(result, Mapping):
+            raise ToolError(f"skill {skill.name!r}: unexpected answer")
+        return f"Skill directory: {result.get('path')}\n\n{result.get('skill_md', '')}"
+
+    return StructuredTool.from_function(
+        coroutine=load_skill,
+        name="load_skill",
+        description=(
+            "Load a skill listed in <available_skills>: returns its SKILL.md (the full instructions) "
+            "and the directory holding its files and scripts/."
+        ),
+        args_schema=LoadSkillInput,
+    )
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (POSIX; elsewhere nothing is locked)."""
+    if sys.platform == "win32":
+        yield
+        return
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+class SessionEngine(AgentEngine):
+    """clawlet's engine with a checkpointed agent graph (one thread per turn) and extra tools."""
+
+    def __init__(
+        self,
+        *args: Any,
+        checkpointer: LocalCheckpointer,
+        extra_tools: Sequence[BaseTool] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.checkpointer = checkpointer
+        self.extra_tools = list(extra_tools)
+        self.thread_id = "initial"
+        self._base_agent: Any = None
+        self._saving_agent: Any = None
+
+    def build_tools(self) -> list[BaseTool]:
+        return [*super().build_tools(), *self.extra_tools]
+
+    def build_agent(self) -> Any:
+        base = super().build_agent()
+        if base is not self._base_agent:  # built anew (first turn, or MCP tools changed)
+            self._base_agent = base
+            self._saving_agent = base.copy({"checkpointer": self.checkpointer})
+        return self._saving_agent.with_config({"configurable": {"thread_id": self.thread_id}})
+
+
+class SessionChild:
+    """The child's side of the pipe protocol (see the module docstring)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.session_id = ""
+        self.manager: SessionManager | None = None
+        self.engine: SessionEngine | None = None
+        self.memory: SessionMemory | None = None
+        self.checkpointer: LocalCheckpointer | None = None
+        self._send_lock = asyncio.Lock()
+        self._pending: dict[str, asyncio.Future[Any]] = {}
+        self._turn: asyncio.Task[None] | None = None
+        self._running_turn: str | None = None
+        self._cancelled: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        async with self._send_lock:
+            self.writer.write(_line(message))
+            await self.writer.drain()
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """Ask the parent (which holds the control-plane connection) and wait for its answer."""
+        request_id = uuid.uuid4().hex
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self.send({"type": "request", "id": request_id, "method": method, "params": params})
+            return await asyncio.wait_for(future, CHILD_REQUEST_TIMEOUT)
+        finally:
+            self._pending.pop(request_id, None)
+
+    def setup(self, init: Mapping[str, Any]) -> float:
+        """Build the engine from ``init``; returns the heartbeat interval."""
+        from clawlet.memory.stores import KnowledgeBase, MemoryIndex, build_embedder
+        from clawlet.runtime.engine_adapter import EngineAdapter
+        from clawlet.sessions.store import TranscriptStore
+
+        self.session_id = str(init["session_id"])
+        session_dir = Path(str(init["session_dir"]))
+        settings = Settings(**dict(init["settings"]))
+        skills = [SkillRef(**dict(item)) for item in init.get("skills") or []]
+        self.memory = SessionMemory(session_dir)
+        self.checkpointer = LocalCheckpointer(session_dir / CHECKPOINTS_DIR)
+        embedder = build_embedder(settings)
+        extra_tools = [make_load_skill_tool(skills, self.request)] if skills else []
+        with _exclusive(settings.paths.storage / INDEX_LOCK):
+            memory_index = MemoryIndex(settings.paths, embedder)
+            knowledge = KnowledgeBase(settings.paths, embedder)
+        engine = SessionEngine(
+            settings,
+            RuntimeConfig(settings.paths.config_file),
+            memory_index,
+            knowledge,
+            demo_token_delay=float(init.get("demo_token_delay") or 0.0),
+            checkpointer=self.checkpointer,
+            extra_tools=extra_tools,
+        )
+        engine.build_model()
+        self.engine = engine
+        self.manager = SessionManager(
+            settings, TranscriptStore(session_dir / TRANSCRIPT_DIR), {"engine": lambda: EngineAdapter(engine)}
+        )
+        return float(init.get("heartbeat_interval") or ProcessOptions.heartbeat_interval)
+
+    async def serve(self) -> int:
+        raw = await self.reader.readline()
+        try:
+            init = json.loads(raw) if raw else None
+        except ValueError:
+            init = None
+        if not isinstance(init, dict) or init.get("type") != "init":
+            log.error("the first line on the pipe was not init; exiting")
+            return 2
+        try:
+            interval = self.setup(init)
+        except Exception as exc:
+            log.exception("could not build the session's engine")
+            await self.send({"type": "fatal", "error": f"{type(exc).__name__}: {exc}"})
+            return 1
+        del init  # it holds the API keys; the settings object keeps what the engine needs
+        log.info("session %s: ready (pid %d)", self.session_id, os.getpid())
+        await self.send({"type": "ready", "pid": os.getpid()})
+        heartbeats = asyncio.create_task(self._heartbeats(interval))
+        try:
+            await self._read_loop()
+        finally:
+            heartbeats.cancel()
+            await asyncio.gather(heartbeats, return_exceptions=True)
+            await self._shutdown()
+        return 0
+
+    async def _read_loop(self) -> None:
+        while True:
+            raw = await self.reader.readline()
+            if not raw:
+                log.info("session %s: the parent closed the pipe; exiting", self.session_id)
+                return
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                log.warning("ignoring a line that is not JSON")
+                continue
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "message":  # after the previous turn's task (it may still be finishing)
+                self._turn = asyncio.create_task(self._run_turn(message, self._turn), name="session-turn")
+            elif kind == "cancel":
+                self._background(self._cancel(str(message.get("turn") or "")))
+            elif kind == "response":
+                future = self._pending.get(str(message.get("id")))
+                if future is not None and not future.done():
+                    if message.get("error") is not None:
+                        future.set_exception(ToolError(str(message["error"])))
+                    else:
+                        future.set_result(message.get("result"))
+            elif kind == "stop":
+                log.info("session %s: stopping", self.session_id)
+                return
+
+    async def _cancel(self, turn_id: str) -> None:
+        # a turn cancelled before its run started is cancelled by _run_turn once it starts
+        self._cancelled.add(turn_id)
+        if self.manager is not None and self._running_turn == turn_id:
+            await self.manager.cancel(self.session_id)
+
+    async def _shutdown(self) -> None:
+        if self.manager is not None:
+            await self.manager.shutdown()  # a running turn ends with RunCancelled (partial output kept)
+        if self._turn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._turn, 10)
+        for future in self._pending.values():
+            future.cancel()
+        with contextlib.suppress(ConnectionError):
+            await self.send({"type": "stopped"})
+
+    async def _heartbeats(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self.send({"type": "heartbeat"})
+
+    async def _send_event(self, turn_id: str, event: Event) -> None:
+        await self.send({"type": "event", "turn": turn_id, "event": encode_event(event)})
+
+    async def _run_turn(self, message: Mapping[str, Any], previous: asyncio.Task[None] | None) -> None:
+        assert self.manager is not None and self.engine is not None and self.memory is not None
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        turn_id = str(message.get("turn"))
+        text = str(message.get("text") or "")
+        thread_id = f"{self.session_id}:{turn_id}"
+        if turn_id in self._cancelled:  # cancelled while it waited for the previous turn
+            await self._send_event(turn_id, RunCancelled(self.session_id, ""))
+            return
+        try:
+            await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_USER, text)
+            self.engine.thread_id = thread_id
+            run = await self.manager.start_turn(
+                self.session_id, text, title=False, context=decode_context(message.get("context"))
+            )
+        except Exception as exc:
+            log.exception("session %s: the turn could not start", self.session_id)
+            await self._send_event(turn_id, RunFailed(f"{type(exc).__name__}: {exc}", self.session_id))
+            return
+        self._running_turn = turn_id
+        if turn_id in self._cancelled:
+            self._background(self.manager.cancel(self.session_id))
+        try:
+            async for event in run.events():
+                if event is None:
+                    continue
+                if isinstance(
+                    event, TERMINAL_EVENTS
+                ):  # the files first: on disk when the final event arrives
+                    await self._finish_turn(event, thread_id)
+                await self._send_event(turn_id, event)
+        finally:
+            self._running_turn = None
+            self._cancelled.discard(turn_id)
+
+    async def _finish_turn(self, event: Event, thread_id: str) -> None:
+        assert self.memory is not None
+        if isinstance(event, RunFinished | RunCancelled) and event.content:
+            try:
+                await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_ASSISTANT, event.content)
+            except OSError:
+                log.exception("session %s: could not save the reply to conversation.md", self.session_id)
+        await asyncio.to_thread(self._drop_older_threads, thread_id)
+
+    def _drop_older_threads(self, keep: str) -> None:
+        """Delete the checkpoints of earlier turns: the newest checkpoint is the last turn's state."""
+        assert self.checkpointer is not None
+        try:
+            threads = {str(item.config["configurable"]["thread_id"]) for item in self.checkpointer.list(None)}
+            for thread_id in threads - {keep}:
+                self.checkpointer.delete_thread(thread_id)
+        except Exception:
+            log.exception("session %s: could not prune old checkpoints", self.session_id)
+
+    def _background(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _child_main() -> int:
+    # Keep the pipe on private descriptors; fd 0 becomes /dev/null and fd 1 stderr, so a stray
+    # print() or a subprocess that inherits them can never read or corrupt protocol lines.
+    pipe_in, pipe_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(pipe_in, "rb", 0))
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(pipe_out, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    try:
+        return await SessionChild(reader, writer).serve()
+    except (BrokenPipeError, ConnectionResetError):
+        log.info("the parent went away; exiting")
+        return 0
+
+
+def main() -> None:
+    from clawlet.logs import configure_logging
+
+    configure_logging(
+        os.environ.get("CLAWLET_LOG_FORMAT", "json"), os.environ.get("CLAWLET_LOG_LEVEL", "INFO")
+    )
+    raise SystemExit(asyncio.run(_child_main()))
+
+
+if __name__ == "__main__":
+    main()

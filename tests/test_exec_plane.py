@@ -1,0 +1,712 @@
+"""The execution plane (clawlet.cluster.exec_plane, session_process, events) against a scripted
+control plane: real session processes, a real WebSocket on loopback, the offline demo model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clawlet.cli import main as cli_main
+from clawlet.cluster.client import ControlPlaneClient
+from clawlet.cluster.events import EventSink, forward_event, to_exec_plane_event
+from clawlet.cluster.exec_plane import ExecPlane, session_settings
+from clawlet.cluster.session_process import (
+    ProcessOptions,
+    ProcessSessionAdapter,
+    SessionChild,
+    decode_event,
+    describe_exit,
+    encode_event,
+)
+from clawlet.config import Settings
+from clawlet.events import (
+    Event,
+    NewSegment,
+    Retrieval,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    Thinking,
+    Title,
+    ToolEnd,
+    ToolStart,
+    Usage,
+)
+from clawlet.home import init_home
+from tests.support.scripted_control_plane import ScriptedControlPlane
+
+USER = "user-1"
+FAST = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=5.0, cancel_grace=1.0, stop_grace=5.0)
+FINAL_TYPES = ("execution_complete", "execution_error")
+
+MakePlane = Callable[..., Awaitable[ExecPlane]]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def events_of(plane: ScriptedControlPlane, session_id: str) -> list[dict[str, Any]]:
+    return [frame["data"] for frame in plane.sse_events if frame["session_id"] == session_id]
+
+
+def finals_of(plane: ScriptedControlPlane, session_id: str) -> list[dict[str, Any]]:
+    return [data for data in events_of(plane, session_id) if data["type"] in FINAL_TYPES]
+
+
+async def wait_finals(
+    plane: ScriptedControlPlane, session_id: str, count: int = 1, timeout: float = 20.0
+) -> list[dict[str, Any]]:
+    await plane.wait_for(lambda: len(finals_of(plane, session_id)) >= count, timeout)
+    return finals_of(plane, session_id)
+
+
+async def until(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+def snapshots_of(plane: ScriptedControlPlane, session_id: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        record["params"]
+        for record in plane.fire_and_forget
+        if record["method"] == "snapshot_sync"
+        and record["session_id"] == session_id
+        and record["params"].get("reason") == reason
+    ]
+
+
+@pytest.fixture
+async def plane() -> AsyncIterator[ScriptedControlPlane]:
+    async with ScriptedControlPlane() as scripted:
+        yield scripted
+
+
+@pytest.fixture
+async def make_plane(plane: ScriptedControlPlane, tmp_path: Path) -> AsyncIterator[MakePlane]:
+    made: list[tuple[ExecPlane, ControlPlaneClient]] = []
+    pids: set[int] = set()
+
+    async def make(
+        *,
+        delay: float = 0.0,
+        options: ProcessOptions = FAST,
+        snapshot_interval: float = 3600.0,
+    ) -> ExecPlane:
+        state = tmp_path / "state"
+        client = ControlPlaneClient(
+            plane.url,
+            USER,
+            plane.issue_token(USER),
+            plane.issue_ticket(USER),
+            state_dir=state,
+            heartbeat_interval=0.2,
+            backoff=[0.05, 0.1, 0.2],
+        )
+        exec_plane = ExecPlane(
+            client,
+            state,
+            Settings(provider="demo"),
+            process_options=options,
+            snapshot_interval=snapshot_interval,
+            demo_token_delay=delay,
+        )
+        await exec_plane.start()
+        await client.connect()
+        made.append((exec_plane, client))
+        return exec_plane
+
+    def remember_pids() -> None:
+        for exec_plane, _ in made:
+            pids.update(exec_plane.session_pids().values())
+
+    yield make
+    remember_pids()
+    for exec_plane, client in made:
+        await exec_plane.shutdown()
+        await client.close()
+    leftovers = [pid for pid in pids if alive(pid)]
+    assert leftovers == [], f"session processes left running: {leftovers}"
+
+
+# -- the event translation ------------------------------------------------------------------------
+
+
+def test_every_clawlet_event_has_its_exec_plane_form() -> None:
+    assert to_exec_plane_event(TextDelta("hi")) == {"type": "text_chunk", "content": "hi"}
+    assert to_exec_plane_event(Thinking("hmm")) == {"type": "thinking", "content": "hmm"}
+    assert to_exec_plane_event(ToolStart("terminal", "ls", "c1")) == {
+        "type": "tool_call_start",
+        "tool_name": "terminal",
+        "tool_input": "ls",
+        "call_id": "c1",
+    }
+    assert to_exec_plane_event(ToolEnd("terminal", "out", "c1", is_error=True)) == {
+        "type": "tool_call_complete",
+        "tool_name": "terminal",
+        "result": "out",
+        "call_id": "c1",
+        "is_error": True,
+    }
+    assert to_exec_plane_event(RunFinished("done", "s")) == {"type": "execution_complete", "content": "done"}
+    assert to_exec_plane_event(RunCancelled("s", "par")) == {
+        "type": "execution_complete",
+        "content": "par",
+        "cancelled": True,
+    }
+    assert to_exec_plane_event(RunFailed("boom", "s")) == {"type": "execution_error", "error": "boom"}
+    for silent in (RunStarted("s", "r"), Retrieval("q", []), NewSegment(), Usage(1, 2), Title("s", "t")):
+        assert to_exec_plane_event(silent) is None
+
+
+async def test_usage_becomes_a_usage_report_and_other_events_sse() -> None:
+    class Sink:
+        def __init__(self) -> None:
+            self.sse: list[tuple[str, Any]] = []
+            self.usage: list[tuple[str, str, int, int]] = []
+
+        async def send_sse_event(self, session_id: str, data: Any) -> int:
+            self.sse.append((session_id, data))
+            return len(self.sse)
+
+        async def report_usage(
+            self, session_id: str, model: str, tokens_in: int, tokens_out: int, **extra: Any
+        ) -> None:
+            self.usage.append((session_id, model, tokens_in, tokens_out))
+
+    sink = Sink()
+    checked: EventSink = sink
+    for event in (Usage(10, 3), TextDelta("a"), NewSegment(), Usage(0, 0)):
+        await forward_event(checked, "s1", event, model="gpt-x")
+    assert sink.usage == [("s1", "gpt-x", 10, 3)]
+    assert sink.sse == [("s1", {"type": "text_chunk", "content": "a"})]
+
+
+def test_events_survive_the_pipe_encoding() -> None:
+    samples: list[Event] = [
+        RunStarted("s", "r"),
+        Retrieval("q", [{"source": "m", "text": "t"}]),
+        TextDelta("x"),
+        ToolEnd("t", "o", "c", True),
+        Usage(1, 2),
+        RunCancelled("s", "part"),
+    ]
+    for event in samples:
+        assert decode_event(encode_event(event)) == event
+    with pytest.raises(ValueError):
+        decode_event({"kind": "Nope"})
+    assert describe_exit(-signal.SIGKILL) == "was killed by signal SIGKILL"
+    assert describe_exit(3) == "exited with code 3"
+
+
+def test_session_settings_take_the_control_planes_keys_and_the_agents_model() -> None:
+    base = Settings(provider="auto")
+    settings = session_settings(base, {"model": "gpt-4o", "temperature": 0.2}, {"openai": "sk-1", "x": "y"})
+    assert (settings.provider, settings.llm_model, settings.openai_api_key) == ("openai", "gpt-4o", "sk-1")
+    assert settings.temperature == 0.2
+    claude = session_settings(base, {"model": "claude-sonnet-4-5"}, {"anthropic": "sk-ant"})
+    assert (claude.resolved_provider, claude.anthropic_api_key) == ("anthropic", "sk-ant")
+    demo = session_settings(Settings(provider="demo"), {"model": "gpt-4o"}, {"openai": "sk-1"})
+    assert demo.resolved_provider == "demo"
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+
+async def test_a_turn_streams_text_chunks_then_execution_complete_and_is_kept_in_memory(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane()
+    # the user message comes right behind start_session: it must wait for the process, not be lost
+    await plane.start_session("s1", runtime_type="semigraph", agent_config={"system_prompt": "Be brief."})
+    await plane.user_message("s1", {"content": "hello there"})
+    (final,) = await wait_finals(plane, "s1")
+    events = events_of(plane, "s1")
+    assert final == events[-1]
+    assert final["type"] == "execution_complete", final
+    assert "cancelled" not in final
+    chunks = [data["content"] for data in events if data["type"] == "text_chunk"]
+    assert len(chunks) > 3
+    assert "".join(chunks) == final["content"]
+    assert "hello there" in final["content"] and "demo" in final["content"]
+
+    pid = exec_plane.session_pids()["s1"]
+    assert pid != os.getpid() and alive(pid)
+    conversation = (exec_plane.sessions_dir / "s1" / "memory" / "conversation.md").read_text(encoding="utf-8")
+    assert "## [user] " in conversation and "\n\nhello there\n" in conversation
+    assert "## [assistant] " in conversation and final["content"] in conversation
+    assert list((exec_plane.sessions_dir / "s1" / "checkpoints").iterdir())  # the turn was checkpointed
+
+    # the seed's spelling of the message ({message}) works too, in the same process
+    await plane.user_message("s1", {"message": "second message"})
+    finals = await wait_finals(plane, "s1", 2)
+    assert finals[1]["type"] == "execution_complete" and "second message" in finals[1]["content"]
+    assert exec_plane.session_pids()["s1"] == pid
+
+
+async def test_a_tool_call_streams_tool_call_start_and_complete(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    await make_plane()
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "run: echo hi"})
+    (final,) = await wait_finals(plane, "s1")
+    assert final["type"] == "execution_complete"
+    types = [data["type"] for data in events_of(plane, "s1")]
+    assert (
+        types.index("tool_call_start") < types.index("tool_call_complete") < types.index("execution_complete")
+    )
+    start = next(data for data in events_of(plane, "s1") if data["type"] == "tool_call_start")
+    complete = next(data for data in events_of(plane, "s1") if data["type"] == "tool_call_complete")
+    assert (start["tool_name"], start["tool_input"]) == ("terminal", "echo hi")
+    assert (complete["tool_name"], complete["result"], complete["is_error"]) == ("terminal", "hi", False)
+    assert complete["call_id"] == start["call_id"]
+
+
+async def test_two_sessions_run_at_the_same_time_in_their_own_processes(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane(delay=0.03)
+    await plane.start_session("s1")
+    await plane.start_session("s2")
+    await plane.user_message("s1", {"content": "one"})
+    await plane.user_message("s2", {"content": "two"})
+    await wait_finals(plane, "s1")
+    await wait_finals(plane, "s2")
+    pids = exec_plane.session_pids()
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+    order = [(frame["session_id"], frame["data"]["type"]) for frame in plane.sse_events]
+    # the streams interleave: each session had streamed before the other one finished
+    assert order.index(("s2", "text_chunk")) < order.index(("s1", "execution_complete"))
+    assert order.index(("s1", "text_chunk")) < order.index(("s2", "execution_complete"))
+    for sid, said in (("s1", "one"), ("s2", "two")):
+        (final,) = finals_of(plane, sid)
+        assert final["type"] == "execution_complete" and f"“{said}”" in final["content"]
+        memory = exec_plane.sessions_dir / sid / "memory" / "conversation.md"
+        assert f"\n\n{said}\n" in memory.read_text(encoding="utf-8")
+
+
+async def test_sessions_started_together_all_start(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    """They open the shared home's SQLite indexes at the same moment (once: "database is locked")."""
+    exec_plane = await make_plane()
+    names = [f"s{i}" for i in range(4)]
+    for sid in names:
+        await plane.start_session(sid)
+    for sid in names:
+        await plane.user_message(sid, {"content": f"hi {sid}"})
+    for sid in names:
+        (final,) = await wait_finals(plane, sid, timeout=30)
+        assert final["type"] == "execution_complete", final
+    assert len(set(exec_plane.session_pids().values())) == 4
+
+
+async def test_a_killed_session_process_fails_only_its_own_turn(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane(delay=0.03)
+    await plane.start_session("victim")
+    await plane.start_session("bystander")
+    await plane.user_message("victim", {"content": "a long answer please"})
+    await plane.user_message("bystander", {"content": "me too"})
+    await plane.wait_for(lambda: len(events_of(plane, "victim")) >= 2, 20)
+    pids = exec_plane.session_pids()
+    os.kill(pids["victim"], signal.SIGKILL)
+
+    (error,) = await wait_finals(plane, "victim")
+    assert error["type"] == "execution_error"
+    assert "SIGKILL" in error["error"], error
+    (final,) = await wait_finals(plane, "bystander")
+    assert final["type"] == "execution_complete" and "me too" in final["content"]
+    assert exec_plane.session_pids()["bystander"] == pids["bystander"]
+    await until(lambda: not alive(pids["victim"]))
+
+    # the next message starts a new process for the session, which continues from its files
+    await plane.user_message("victim", {"content": "are you back?"})
+    finals = await wait_finals(plane, "victim", 2)
+    assert finals[1]["type"] == "execution_complete" and "are you back?" in finals[1]["content"]
+    assert exec_plane.session_pids()["victim"] not in (pids["victim"], pids["bystander"])
+
+
+async def test_unknown_and_unavailable_runtime_types_are_refused_without_a_process(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane()
+    await plane.start_session("odd", runtime_type="quantum")
+    await plane.start_session("claw", runtime_type="openclaw")
+    (odd,) = await wait_finals(plane, "odd")
+    (claw,) = await wait_finals(plane, "claw")
+    assert odd["type"] == "execution_error"
+    assert "unknown runtime_type 'quantum'" in odd["error"] and "engine" in odd["error"]
+    assert claw["type"] == "execution_error"
+    assert "OpenClaw bridge" in claw["error"] and "no fallback" in claw["error"]
+    assert exec_plane.session_pids() == {}
+    assert not (exec_plane.sessions_dir / "odd").exists()
+
+    await plane.user_message("odd", {"content": "hello?"})
+    finals = await wait_finals(plane, "odd", 2)
+    assert finals[1]["type"] == "execution_error" and "quantum" in finals[1]["error"]
+    assert exec_plane.session_pids() == {}
+
+
+async def test_a_session_process_that_cannot_start_is_reported_and_tried_again(
+    plane: ScriptedControlPlane, make_plane: MakePlane, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'no engine here' >&2\nexit 3\n", encoding="utf-8")
+    broken.chmod(0o755)
+    exec_plane = await make_plane(options=ProcessOptions(python=str(broken)))
+    await plane.start_session("s1")
+    (error,) = await wait_finals(plane, "s1")
+    assert error["type"] == "execution_error"
+    assert "failed to start" in error["error"] and "exited with code 3" in error["error"], error
+    await plane.user_message("s1", {"content": "hello"})
+    errors = await wait_finals(plane, "s1", 2)
+    assert errors[1]["type"] == "execution_error" and "exited with code 3" in errors[1]["error"]
+    adapter = exec_plane.adapter("s1")
+    assert isinstance(adapter, ProcessSessionAdapter) and adapter.starts == 2
+    assert "no engine here" in (exec_plane.sessions_dir / "s1" / "process.log").read_text(encoding="utf-8")
+
+
+async def test_cancel_ends_a_slow_turn_with_its_partial_text(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane(delay=0.2)  # the demo reply would take about 8 s
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "take your time"})
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 20)
+    cancelled_at = time.monotonic()
+    await plane.cancel("s1")
+    (final,) = await wait_finals(plane, "s1", timeout=5)
+    assert time.monotonic() - cancelled_at < 3
+    assert final["type"] == "execution_complete" and final["cancelled"] is True
+    streamed = "".join(data["content"] for data in events_of(plane, "s1") if data["type"] == "text_chunk")
+    assert final["content"] == streamed and streamed.startswith("[demo]")
+    assert "take your time" not in streamed  # it was cut short
+    conversation = (exec_plane.sessions_dir / "s1" / "memory" / "conversation.md").read_text(encoding="utf-8")
+    assert "## [assistant] " in conversation and streamed in conversation
+    pid = exec_plane.session_pids()["s1"]  # the process survives a cancel
+    assert alive(pid)
+
+
+async def test_a_cancel_right_behind_the_message_cancels_without_killing_the_process(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    options = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=5.0, cancel_grace=10.0)
+    exec_plane = await make_plane(delay=0.2, options=options)
+    await plane.start_session("s1")
+    adapter = await until(lambda: exec_plane.adapter("s1"))
+    assert isinstance(adapter, ProcessSessionAdapter)
+    await until(lambda: adapter.ready)
+    pid = adapter.pid
+    await plane.user_message("s1", {"content": "take your time"})
+    await plane.cancel("s1")
+    (final,) = await wait_finals(plane, "s1", timeout=5)
+    assert final["type"] == "execution_complete" and final["cancelled"] is True
+    assert adapter.turns == 1  # the turn reached the session process
+    assert adapter.pid == pid and adapter.ready  # and was ended there, not by the grace-period kill
+
+
+async def test_the_session_process_honours_a_cancel_that_arrives_before_its_turn_started(
+    tmp_path: Path,
+) -> None:
+    """Driven in-process through its pipe protocol: ``message`` and ``cancel`` arrive in one read."""
+
+    class Writer:
+        def __init__(self) -> None:
+            self.messages: list[dict[str, Any]] = []
+
+        def write(self, data: bytes) -> None:
+            self.messages += [json.loads(line) for line in data.decode().splitlines()]
+
+        async def drain(self) -> None:
+            return None
+
+    def line(message: dict[str, Any]) -> bytes:
+        return (json.dumps(message) + "\n").encode()
+
+    def final_kinds() -> list[str]:
+        kinds = [m["event"]["kind"] for m in writer.messages if m["type"] == "event"]
+        return [kind for kind in kinds if kind in ("RunFinished", "RunCancelled", "RunFailed")]
+
+    settings = Settings(provider="demo", home=tmp_path / "home")
+    init_home(settings.paths)
+    reader = asyncio.StreamReader()
+    writer = Writer()
+    child = SessionChild(reader, writer)  # type: ignore[arg-type]
+    init = {
+        "type": "init",
+        "session_id": "s1",
+        "session_dir": str(tmp_path / "s1"),
+        "settings": settings.model_dump(mode="json"),
+        "demo_token_delay": 0.2,
+    }
+    reader.feed_data(
+        line(init)
+        + line({"type": "message", "turn": "t1", "text": "take your time", "context": {}})
+        + line({"type": "cancel", "turn": "t1"})
+    )
+    serving = asyncio.create_task(child.serve())
+    await until(final_kinds, 5)
+    assert final_kinds() == ["RunCancelled"]
+    reader.feed_data(line({"type": "message", "turn": "t2", "text": "python: 6 * 7", "context": {}}))
+    await until(lambda: len(final_kinds()) == 2, 10)
+    assert final_kinds()[1] == "RunFinished"
+    reader.feed_eof()  # the parent went away: the child ends
+    assert await asyncio.wait_for(serving, 10) == 0
+    assert writer.messages[0]["type"] == "ready" and writer.messages[-1]["type"] == "stopped"
+
+
+async def test_a_session_process_that_ignores_cancel_is_killed_after_the_grace_period(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    options = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=30.0, cancel_grace=0.5)
+    exec_plane = await make_plane(delay=0.2, options=options)
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "take your time"})
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 20)
+    pid = exec_plane.session_pids()["s1"]
+    os.kill(pid, signal.SIGSTOP)  # hung: it will not answer the cancel
+    await plane.cancel("s1")
+    (final,) = await wait_finals(plane, "s1", timeout=5)
+    assert final["type"] == "execution_complete" and final["cancelled"] is True
+    await until(lambda: not alive(pid))
+
+
+async def test_a_silent_session_process_is_killed_as_hung(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    options = ProcessOptions(heartbeat_interval=0.1, heartbeat_timeout=1.0)
+    exec_plane = await make_plane(delay=0.2, options=options)
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "take your time"})
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 20)
+    pid = exec_plane.session_pids()["s1"]
+    os.kill(pid, signal.SIGSTOP)
+    (final,) = await wait_finals(plane, "s1", timeout=5)
+    assert final["type"] == "execution_error" and "hung" in final["error"], final
+    await until(lambda: not alive(pid))
+
+
+async def test_stop_session_cancels_the_turn_ends_the_process_and_sends_a_last_snapshot(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane(delay=0.2)
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "take your time"})
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 20)
+    pid = exec_plane.session_pids()["s1"]
+    await plane.stop_session("s1")
+    (final,) = await wait_finals(plane, "s1", timeout=10)
+    assert final["type"] == "execution_complete" and final["cancelled"] is True
+    await until(lambda: not alive(pid))
+    await until(lambda: "s1" not in exec_plane.sessions)
+    assert exec_plane.session_pids() == {}
+    (snapshot,) = await plane.wait_for(lambda: snapshots_of(plane, "s1", "stop"))
+    memory = snapshot["short_term_memory"]
+    assert "take your time" in memory["conversation"] and final["content"] in memory["conversation"]
+    assert set(memory) == {"conversation", "context", "scratchpad"}
+    assert snapshot["checkpoint"]["thread_id"].startswith("s1:")
+    assert snapshot["process_alive"] is False
+
+    await plane.user_message("s1", {"content": "anyone?"})  # unregistered: dropped, nothing started
+    await asyncio.sleep(0.2)
+    assert exec_plane.session_pids() == {}
+
+
+async def test_a_session_started_again_right_after_its_stop_continues_in_a_new_process(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane()
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "first life"})
+    await wait_finals(plane, "s1")
+    old_pid = exec_plane.session_pids()["s1"]
+    await plane.stop_session("s1")
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "second life"})
+    finals = await wait_finals(plane, "s1", 2)
+    assert finals[1]["type"] == "execution_complete" and "second life" in finals[1]["content"], finals
+    assert not alive(old_pid) and exec_plane.session_pids()["s1"] != old_pid
+    conversation = (exec_plane.sessions_dir / "s1" / "memory" / "conversation.md").read_text(encoding="utf-8")
+    assert conversation.index("first life") < conversation.index("second life")
+
+
+async def test_snapshots_are_synced_periodically_and_skipped_while_disconnected(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane(delay=0.05, snapshot_interval=0.3)
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "remember this"})
+    (final,) = await wait_finals(plane, "s1")
+    periodic = await plane.wait_for(
+        lambda: [
+            s
+            for s in snapshots_of(plane, "s1", "periodic")
+            if final["content"] in s["short_term_memory"]["conversation"]
+        ],
+        5,
+    )
+    assert periodic[-1]["checkpoint"] is not None
+
+    # degraded mode: the control plane goes away in the middle of a turn
+    before = len(events_of(plane, "s1"))
+    await plane.user_message("s1", {"content": "keep going offline"})
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) > before + 1, 20)
+    await plane.stop()
+    await until(lambda: not exec_plane.client.connected)
+    skipped = exec_plane.snapshot_rounds_skipped
+    sent = exec_plane.snapshots_sent
+    conversation = exec_plane.sessions_dir / "s1" / "memory" / "conversation.md"
+    # the turn finishes without the control plane: its reply lands in the session's memory
+    await until(lambda: conversation.read_text(encoding="utf-8").count("## [assistant]") == 2, 15)
+    await until(lambda: exec_plane.snapshot_rounds_skipped >= skipped + 2)
+    assert exec_plane.snapshots_sent == sent
+
+    await plane.start()  # back: the buffered events arrive and snapshots resume
+    finals = await wait_finals(plane, "s1", 2, timeout=15)
+    assert finals[1]["type"] == "execution_complete" and "keep going offline" in finals[1]["content"]
+    await plane.wait_for(
+        lambda: any(
+            "keep going offline" in s["short_term_memory"]["conversation"]
+            for s in snapshots_of(plane, "s1", "periodic")
+        ),
+        5,
+    )
+
+
+async def test_load_skill_requests_fill_the_shared_cache_inside_the_home(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    exec_plane = await make_plane()
+    fetched: list[dict[str, Any]] = []
+
+    def package(params: dict[str, Any]) -> dict[str, Any]:
+        fetched.append(params)
+        return {"package": {"files": [{"path": "SKILL.md", "content": "---\nname: pdf\n---\nUse pdftk."}]}}
+
+    plane.methods["get_skill_package"] = package
+    index = [
+        {"id": "pdf", "name": "pdf", "description": "PDF tools"},
+        {"id": "gone", "requires": {"bins": ["no-such-binary-xyz"]}},
+    ]
+    await plane.start_session("s1", skill_index=index)
+    await until(lambda: "s1" in exec_plane.session_pids())
+    context = exec_plane.session_context("s1")
+    assert context is not None
+    assert '<skill name="pdf"' in context.extra_system_prompt and "load_skill" in context.extra_system_prompt
+    assert "gone" not in context.extra_system_prompt  # its requirements are not met here
+
+    adapter = exec_plane.adapter("s1")
+    assert isinstance(adapter, ProcessSessionAdapter) and adapter.spec.on_request is not None
+    result = await adapter.spec.on_request("load_skill", {"skill_id": "pdf", "version": "latest"})
+    assert "Use pdftk." in result["skill_md"]
+    assert Path(result["path"]) == exec_plane.skills_dir / "pdf"
+    with pytest.raises(LookupError):
+        await adapter.spec.on_request("load_skill", {"skill_id": "gone"})
+    assert [p["skill_id"] for p in fetched] == ["pdf"]
+
+    # the cached package is inside the shared home: the agent's own tools read it
+    await plane.user_message("s1", {"content": "read .skills/pdf/SKILL.md"})
+    (final,) = await wait_finals(plane, "s1")
+    complete = next(data for data in events_of(plane, "s1") if data["type"] == "tool_call_complete")
+    assert "Use pdftk." in complete["result"] and final["type"] == "execution_complete"
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def test_the_command_without_its_environment_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("USER_ID", "VM_TOKEN", "VM_TICKET", "CONTROL_PLANE_WS"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli_main(["exec-plane", "--state-dir", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err
+    assert "missing: USER_ID, VM_TOKEN, CONTROL_PLANE_WS" in err
+
+    monkeypatch.setenv("VM_TOKEN", "very-secret-token-value")
+    monkeypatch.setenv("USER_ID", "u1")
+    assert cli_main(["exec-plane", "--state-dir", str(tmp_path / "state")]) == 2
+    captured = capsys.readouterr()
+    assert "missing: CONTROL_PLANE_WS" in captured.err
+    assert "very-secret-token-value" not in captured.err + captured.out
+
+    monkeypatch.setenv("CONTROL_PLANE_WS", "http://127.0.0.1:1/ws/vm")
+    assert cli_main(["exec-plane", "--state-dir", str(tmp_path / "state")]) == 2
+    captured = capsys.readouterr()
+    assert "ws:// or wss://" in captured.err
+    assert "very-secret-token-value" not in captured.err + captured.out
+
+
+async def test_the_daemon_serves_sessions_and_stops_them_on_sigterm(
+    plane: ScriptedControlPlane, tmp_path: Path
+) -> None:
+    state = tmp_path / "daemon"
+    token = plane.issue_token(USER)
+    env = {
+        **os.environ,
+        "USER_ID": USER,
+        "VM_TOKEN": token,
+        "VM_TICKET": plane.issue_ticket(USER),
+        "CONTROL_PLANE_WS": plane.url,
+        "PYTHONUNBUFFERED": "1",
+    }
+    daemon = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "clawlet",
+        "exec-plane",
+        "--state-dir",
+        str(state),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await plane.wait_connections(1, timeout=20)
+        await plane.start_session("s1")
+        await plane.user_message("s1", {"content": "hello daemon"})
+        (final,) = await wait_finals(plane, "s1")
+        assert final["type"] == "execution_complete" and "hello daemon" in final["content"]
+        log_text = (state / "sessions" / "s1" / "process.log").read_text(encoding="utf-8")
+        child_pid = int(log_text.split("ready (pid ")[1].split(")")[0])
+        assert alive(child_pid)
+
+        daemon.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(daemon.communicate(), 20)
+    finally:
+        if daemon.returncode is None:
+            daemon.kill()
+            await daemon.wait()
+    assert daemon.returncode == 0, err.decode()
+    await until(lambda: not alive(child_pid))
+    await plane.wait_for(lambda: snapshots_of(plane, "s1", "stop"))
+    output = (out + err).decode()
+    assert token not in output and token not in log_text
+    assert "sk-test-openai-key" not in output and "sk-test-openai-key" not in log_text
+    for path in state.rglob("*"):
+        if path.is_file():
+            assert b"sk-test-openai-key" not in path.read_bytes(), path
