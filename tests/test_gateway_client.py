@@ -203,7 +203,8 @@ async def test_start_retries_a_retryable_refusal_while_the_gateway_starts(
     lifting = asyncio.create_task(lift())
     await client.start()
     await lifting
-    assert client.connected and len(gateway.connections) >= 3
+    # connected on a retry: the first connect was refused, a later one (the 2nd or 3rd) accepted
+    assert client.connected and len(gateway.connections) >= 2
     refused_at = [c.connect_received_at for c in gateway.connections if c.connect_received_at]
     assert refused_at[1] - refused_at[0] >= 0.29  # waited retryAfterMs
 
