@@ -1,4 +1,5 @@
-"""The ``clawlet`` command: ``init``, ``serve``, ``chat`` and ``exec-plane``."""
+"""The ``clawlet`` command: ``init``, ``serve``, ``chat``, and cluster mode's ``exec-plane``,
+``control-plane`` and ``cluster``."""
 
 from __future__ import annotations
 
@@ -234,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where sessions, memory and caches live (default: <home>/exec-plane)",
     )
+    from clawlet.cluster import cp_cli, local_cluster
+
+    cp_cli.add_parser(sub)
+    local_cluster.add_parser(sub)
     return parser
 
 
@@ -255,6 +260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_serve(settings)
     if args.command == "exec-plane":
         return cmd_exec_plane(settings, args.state_dir)
+    if args.command == "control-plane":
+        from clawlet.cluster import cp_cli
+
+        return cp_cli.run(args, settings)
+    if args.command == "cluster":
+        from clawlet.cluster import local_cluster
+
+        return local_cluster.run(args, settings)
     session_id = args.session or uuid.uuid4().hex
     return asyncio.run(_chat(settings, session_id, args.message))
 

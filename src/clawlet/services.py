@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clawlet.config import RuntimeConfig, Settings
@@ -17,7 +18,7 @@ from clawlet.files import EditableFiles
 from clawlet.home import init_home
 from clawlet.memory.stores import MEMORY_SOURCE, KnowledgeBase, MemoryIndex, build_embedder
 from clawlet.runtime.engine_adapter import EngineAdapter
-from clawlet.runtime.manager import SessionManager
+from clawlet.runtime.manager import AdapterFactory, SessionManager
 from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
 
@@ -34,7 +35,23 @@ class Services:
     knowledge: KnowledgeBase
 
 
-def build_services(settings: Settings, *, demo_token_delay: float = 0.0) -> Services:
+RuntimeTable = Callable[[str, AgentEngine], dict[str, AdapterFactory]]
+"""The runtimes of a workspace's sessions: ``(workspace name, its engine) → {runtime type: factory}``
+(the name is ``""`` for the default workspace)."""
+
+
+def local_runtimes(_workspace: str, engine: AgentEngine) -> dict[str, AdapterFactory]:
+    """Local mode: every session runs the engine in this process."""
+    return {"engine": lambda: EngineAdapter(engine)}
+
+
+def build_services(
+    settings: Settings,
+    *,
+    demo_token_delay: float = 0.0,
+    runtimes: RuntimeTable = local_runtimes,
+    workspace: str = "",
+) -> Services:
     paths = settings.paths
     runtime_config = RuntimeConfig(paths.config_file)
     embedder = build_embedder(settings)
@@ -42,7 +59,7 @@ def build_services(settings: Settings, *, demo_token_delay: float = 0.0) -> Serv
     knowledge = KnowledgeBase(paths, embedder)
     engine = AgentEngine(settings, runtime_config, memory, knowledge, demo_token_delay=demo_token_delay)
     transcripts = TranscriptStore(paths.sessions)
-    manager = SessionManager(settings, transcripts, {"engine": lambda: EngineAdapter(engine)})
+    manager = SessionManager(settings, transcripts, runtimes(workspace, engine))
     files = EditableFiles(paths.root)
 
     def after_save(relative: str) -> None:
@@ -68,9 +85,12 @@ class InvalidWorkspace(ValueError):
 class Workspaces:
     """The default workspace's services plus lazily built ones for named workspaces."""
 
-    def __init__(self, default: Services, *, demo_token_delay: float = 0.0) -> None:
+    def __init__(
+        self, default: Services, *, demo_token_delay: float = 0.0, runtimes: RuntimeTable = local_runtimes
+    ) -> None:
         self.default = default
         self.demo_token_delay = demo_token_delay
+        self.runtimes = runtimes
         self._named: dict[str, Services] = {}
         self._lock = threading.Lock()
 
@@ -88,7 +108,9 @@ class Workspaces:
                 base = self.default.settings
                 settings = base.model_copy(update={"home": base.workspaces_root / name})
                 init_home(settings.paths)
-                services = build_services(settings, demo_token_delay=self.demo_token_delay)
+                services = build_services(
+                    settings, demo_token_delay=self.demo_token_delay, runtimes=self.runtimes, workspace=name
+                )
                 self._named[name] = services
             return services
 

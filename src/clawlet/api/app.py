@@ -26,7 +26,7 @@ from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
 from clawlet.home import init_home
 from clawlet.inbox.service import build_inbox
 from clawlet.logs import RequestLogging
-from clawlet.services import Services, Workspaces, build_services
+from clawlet.services import RuntimeTable, Services, Workspaces, build_services, local_runtimes
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +53,41 @@ class TokenGuard:
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        guarded = scope["type"] == "http" and (
-            path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process"
-        )
-        if not guarded or token_matches(self.tokens, Headers(scope=scope).get("authorization")):
+        if not is_guarded(scope) or token_matches(self.tokens, Headers(scope=scope).get("authorization")):
             await self.app(scope, receive, send)
             return
-        client = scope.get("client")
-        log.warning(
-            "auth failure: %s %s from %s",
-            scope.get("method", ""),
-            path,
-            client[0] if client else "?",
-            extra={"event": "auth_failure", "path": path},
-        )
-        response: Response
-        if path.startswith(OPENAI_PREFIX) or path == "/process":
-            response = openai_error("missing or invalid API key", 401, code="invalid_api_key")
-        else:
-            response = JSONResponse(
-                error_body("unauthorized", "missing or wrong bearer token"),
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        await response(scope, receive, send)
+        await refuse(scope, receive, send)
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+    """Log an auth failure and answer 401 in the format of the surface the path belongs to."""
+    path = scope.get("path", "")
+    client = scope.get("client")
+    log.warning(
+        "auth failure: %s %s from %s",
+        scope.get("method", ""),
+        path,
+        client[0] if client else "?",
+        extra={"event": "auth_failure", "path": path},
+    )
+    await unauthorized(path)(scope, receive, send)
+
+
+def is_guarded(scope: Scope) -> bool:
+    """Whether a request needs a bearer token: HTTP requests to ``/api/*``, ``/v1/*`` and ``/process``."""
+    path: str = scope.get("path", "")
+    return scope["type"] == "http" and (path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process")
+
+
+def unauthorized(path: str) -> Response:
+    """The 401 of the surface ``path`` belongs to (OpenAI's error shape or the workbench's)."""
+    if path.startswith(OPENAI_PREFIX) or path == "/process":
+        return openai_error("missing or invalid API key", 401, code="invalid_api_key")
+    return JSONResponse(
+        error_body("unauthorized", "missing or wrong bearer token"),
+        status_code=401,
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def create_app(
@@ -86,10 +96,13 @@ def create_app(
     demo_token_delay: float = 0.0,
     list_agents: AgentLister | None = None,
     list_models: ModelLister | None = None,
+    runtimes: RuntimeTable = local_runtimes,
 ) -> FastAPI:
+    """The app of one clawlet home. ``runtimes`` says where sessions run (default: in this process;
+    cluster mode passes remote ones, see :mod:`clawlet.cluster.frontend`)."""
     settings = settings or Settings()
-    services: Services = build_services(settings, demo_token_delay=demo_token_delay)
-    workspaces = Workspaces(services, demo_token_delay=demo_token_delay)
+    services: Services = build_services(settings, demo_token_delay=demo_token_delay, runtimes=runtimes)
+    workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes)
     inbox = build_inbox(settings, workspaces)
     # OpenClaw clients drive clawlet's agents over WebSocket at /gateway (and --gateway-port); the
     # agents are the inbox's (openclaw.json), each running in the clawlet workspace of its name

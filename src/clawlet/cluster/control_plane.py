@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 import secrets
@@ -198,6 +199,24 @@ class ControlPlaneConfig:
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or default_database_url(self.data_dir)
+
+
+DEFAULT_RUNTIME_TYPE: Final = "semigraph"
+USER_TOKEN_PREFIX: Final = "clu_"  # noqa: S105 (a prefix, not a secret)
+"""Every user API token starts with this (tells them apart from VM tokens and other secrets)."""
+
+
+def resolve_runtime_type(*, session: Any = None, agent: Any = None, user: Any = None, org: Any = None) -> str:
+    """Seed 001's precedence: the session's ``runtime_type``, else the agent's, else the user's
+    default, else the organisation's, else ``semigraph`` (clawlet's engine). Blank values are skipped."""
+    for value in (session, agent, user, org):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return DEFAULT_RUNTIME_TYPE
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 # -- errors of the routing API -------------------------------------------------------------------
@@ -474,13 +493,48 @@ class ControlPlane:
         api_keys: Mapping[str, str] | None = None,
         org_id: str | None = None,
         disabled: bool | None = None,
+        runtime_type: str | None = None,
     ) -> UserRecord:
         """Change a user; new API keys and ``disabled`` take effect at the execution plane's next
-        (re)connect (:meth:`disconnect_exec_plane` forces one)."""
-        return self.store.update_user(user_id, name=name, api_keys=api_keys, org_id=org_id, disabled=disabled)
+        (re)connect (:meth:`disconnect_exec_plane` forces one). ``runtime_type=""`` clears the
+        user's default runtime."""
+        return self.store.update_user(
+            user_id, name=name, api_keys=api_keys, org_id=org_id, disabled=disabled, runtime_type=runtime_type
+        )
 
     def get_user(self, user_id: str) -> UserRecord | None:
         return self.store.get_user(user_id)
+
+    def issue_user_token(self, user_id: str, label: str = "") -> str:
+        """A new bearer token of the HTTP API for ``user_id`` (only its digest is stored: show it
+        to the user now, it cannot be read back)."""
+        token = USER_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.store.add_user_token(user_id, token_digest(token), label)
+        return token
+
+    def authenticate_user(self, token: str) -> UserRecord | None:
+        """The enabled user whose API token this is, else ``None``. Tokens are looked up by their
+        SHA-256 digest, so the lookup's timing says nothing about the token's characters."""
+        if not token.startswith(USER_TOKEN_PREFIX):
+            return None
+        user = self.store.user_for_token_digest(token_digest(token))
+        return None if user is None or user.disabled else user
+
+    def set_org_runtime_type(self, org_id: str, runtime_type: str | None) -> None:
+        """The organisation's default runtime type (``None`` clears it)."""
+        self.store.set_org_runtime_type(org_id, runtime_type or None)
+
+    def resolve_runtime_type(self, user_id: str, config: Mapping[str, Any]) -> str:
+        """The runtime of a session started with ``config`` (see :func:`resolve_runtime_type`)."""
+        user = self.store.get_user(user_id)
+        org = self.store.org_runtime_type(user.org_id) if user is not None and user.org_id else None
+        agent = config.get("agent_config")
+        return resolve_runtime_type(
+            session=config.get("runtime_type"),
+            agent=agent.get("runtime_type") if isinstance(agent, Mapping) else None,
+            user=user.runtime_type if user is not None else None,
+            org=org,
+        )
 
     def issue_vm_credentials(self, user_id: str, vm_id: str | None = None) -> VmCredentials:
         """A ticket (single use, ``ticket_ttl`` seconds), a VM token and the WebSocket URL for a new
@@ -568,7 +622,8 @@ class ControlPlane:
         if state is None:
             state = self._new_state(session_id, user_id, "running")
         state.status = "running"
-        frame = start_session_frame({**dict(config), "session_id": session_id})
+        runtime_type = await asyncio.to_thread(self.resolve_runtime_type, user_id, config)
+        frame = start_session_frame({**dict(config), "session_id": session_id, "runtime_type": runtime_type})
         await self._send_or_unavailable(link, dict(frame))
         return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)
 
@@ -1116,7 +1171,7 @@ def create_control_plane_app(
     return app
 
 
-def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8002, **options: Any) -> uvicorn.Config:
+def server_config(app: Any, host: str = "127.0.0.1", port: int = 8002, **options: Any) -> uvicorn.Config:
     """A uvicorn config fit for the control plane: frames up to ``MAX_FRAME_BYTES`` (skill packages
     are large) and WebSocket keepalive pings."""
     options.setdefault("ws_max_size", MAX_FRAME_BYTES)

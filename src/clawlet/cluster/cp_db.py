@@ -9,7 +9,10 @@ plane can share a database with the inbox (whose tables are ``tasks`` and ``mess
 Tables (times are epoch milliseconds unless said otherwise):
 
 * ``users`` — ``id``, ``name``, ``org_id``, ``api_keys`` (JSON ``{provider: key}``; the execution
-  plane gets them in ``init`` and keeps them in memory only), ``disabled``, ``created_at``.
+  plane gets them in ``init`` and keeps them in memory only), ``disabled``, ``created_at``,
+  ``runtime_type`` (the user's default runtime).
+* ``user_tokens`` — the bearer tokens of the HTTP API by SHA-256 ``digest`` → ``user_id``.
+* ``orgs`` — ``id`` → ``runtime_type``, the organisation's default runtime.
 * ``vms`` — one row per execution plane: ``id``, ``user_id``, ``connected``, ``last_seen``.
 * ``sessions`` — which user owns which session (``id``, ``user_id``, ``status``), so the isolation
   of sessions survives a restart of the control plane.
@@ -59,6 +62,23 @@ users = sa.Table(
     sa.Column("api_keys", sa.JSON, nullable=False),
     sa.Column("disabled", sa.Integer, nullable=False, server_default="0"),
     sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("runtime_type", sa.Text, nullable=True),
+)
+
+user_tokens = sa.Table(
+    "user_tokens",
+    metadata,
+    sa.Column("digest", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("label", sa.Text, nullable=False, server_default=""),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+orgs = sa.Table(
+    "orgs",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("runtime_type", sa.Text, nullable=True),
 )
 
 vms = sa.Table(
@@ -251,6 +271,8 @@ class UserRecord:
     api_keys: dict[str, str]
     disabled: bool
     created_at: int
+    runtime_type: str | None = None
+    """The user's default runtime type (below a session's and an agent's, above the organisation's)."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +327,7 @@ def _user(row: sa.Row[Any]) -> UserRecord:
         api_keys={str(k): str(v) for k, v in keys.items()},
         disabled=bool(row.disabled),
         created_at=int(row.created_at),
+        runtime_type=row.runtime_type,
     )
 
 
@@ -377,8 +400,12 @@ class ControlPlaneStore:
         api_keys: Mapping[str, str] | None = None,
         org_id: str | None = None,
         disabled: bool | None = None,
+        runtime_type: str | None = None,
     ) -> UserRecord:
+        """Change the given fields (``runtime_type=""`` clears the user's default)."""
         changes: dict[str, Any] = {}
+        if runtime_type is not None:
+            changes["runtime_type"] = runtime_type or None
         if name is not None:
             changes["name"] = name
         if api_keys is not None:
@@ -400,6 +427,42 @@ class ControlPlaneStore:
     def list_users(self) -> list[UserRecord]:
         with self.engine.connect() as db:
             return [_user(row) for row in db.execute(sa.select(users).order_by(users.c.id))]
+
+    # user API tokens (only their SHA-256 digests are stored)
+
+    def add_user_token(self, user_id: str, digest: str, label: str = "") -> None:
+        if self.get_user(user_id) is None:
+            raise UnknownUser(f"no user {user_id!r}")
+        values = {"digest": digest, "user_id": user_id, "label": label, "created_at": now_ms()}
+        with self.engine.begin() as db:
+            db.execute(user_tokens.insert().values(**values))
+
+    def user_for_token_digest(self, digest: str) -> UserRecord | None:
+        """The user a token digest belongs to (``None``: unknown digest)."""
+        query = sa.select(users).join(user_tokens, user_tokens.c.user_id == users.c.id)
+        with self.engine.connect() as db:
+            row = db.execute(query.where(user_tokens.c.digest == digest)).first()
+        return None if row is None else _user(row)
+
+    def revoke_user_tokens(self, user_id: str) -> int:
+        """Remove every API token of the user; how many there were."""
+        with self.engine.begin() as db:
+            return db.execute(sa.delete(user_tokens).where(user_tokens.c.user_id == user_id)).rowcount
+
+    # organisations
+
+    def set_org_runtime_type(self, org_id: str, runtime_type: str | None) -> None:
+        with self.engine.begin() as db:
+            updated = db.execute(
+                sa.update(orgs).where(orgs.c.id == org_id).values(runtime_type=runtime_type)
+            ).rowcount
+            if not updated:
+                db.execute(orgs.insert().values(id=org_id, runtime_type=runtime_type))
+
+    def org_runtime_type(self, org_id: str) -> str | None:
+        with self.engine.connect() as db:
+            value = db.execute(sa.select(orgs.c.runtime_type).where(orgs.c.id == org_id)).scalar()
+        return value if isinstance(value, str) and value else None
 
     # execution planes
 

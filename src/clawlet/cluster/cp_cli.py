@@ -1,0 +1,193 @@
+"""``clawlet control-plane``: serve the control plane, and administer its users.
+
+=====================================================  ==============================================
+``clawlet control-plane serve``                        the control plane: ``/ws/vm`` for execution
+                                                       planes, every user's HTTP API and the UIs
+``clawlet control-plane add-user ID``                  a user, and their first API token (printed)
+``clawlet control-plane token ID``                     another API token for the user
+``clawlet control-plane vm-credentials ID``            ``USER_ID``/``VM_TOKEN``/``VM_TICKET``/
+                                                       ``CONTROL_PLANE_WS`` for ``clawlet exec-plane``
+                                                       (the ticket is valid for 30 s, once)
+``clawlet control-plane users``                        the users and whether their machine is online
+=====================================================  ==============================================
+
+Everything lives in the data directory (``--data-dir``, default ``<clawlet home>/control-plane``):
+the database (``controlplane.db``, or ``CLAWLET_CP_DATABASE_URL``), the VM-token signing secret
+(``jwt_secret``, made on first use with mode 0600, or ``CLAWLET_CP_JWT_SECRET``), each user's data
+(``users/<id>/``) and ``server.json``, where ``serve`` records the URL execution planes reach it at
+(so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from clawlet.config import Settings
+from clawlet.storage import atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` stays quick
+    from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig
+
+DEFAULT_PORT: Final = 8100
+ENV_JWT_SECRET: Final = "CLAWLET_CP_JWT_SECRET"  # noqa: S105 (a variable name)
+ENV_DATABASE_URL: Final = "CLAWLET_CP_DATABASE_URL"
+SECRET_FILE: Final = "jwt_secret"  # noqa: S105 (a file name)
+SERVER_FILE: Final = "server.json"
+
+
+def default_data_dir(settings: Settings) -> Path:
+    return settings.home.expanduser() / "control-plane"
+
+
+def jwt_secret(data_dir: Path) -> str:
+    """``CLAWLET_CP_JWT_SECRET``, else the data directory's secret (created on first use, 0600)."""
+    from_env = os.environ.get(ENV_JWT_SECRET, "").strip()
+    if from_env:
+        return from_env
+    from clawlet.cluster.control_plane import new_jwt_secret
+
+    path = data_dir / SECRET_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, new_jwt_secret() + "\n")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
+
+
+def recorded_public_url(data_dir: Path) -> str | None:
+    try:
+        data = json.loads((data_dir / SERVER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = data.get("public_url") if isinstance(data, dict) else None
+    return url if isinstance(url, str) and url else None
+
+
+def build_config(data_dir: Path, public_url: str | None = None) -> ControlPlaneConfig:
+    """The control plane's config for ``data_dir`` (``public_url``: else the one ``serve`` recorded)."""
+    from clawlet.cluster.control_plane import ControlPlaneConfig
+
+    data_dir = data_dir.expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = public_url or recorded_public_url(data_dir) or f"http://127.0.0.1:{DEFAULT_PORT}"
+    return ControlPlaneConfig(
+        data_dir=data_dir,
+        jwt_secret=jwt_secret(data_dir),
+        database_url=os.environ.get(ENV_DATABASE_URL, "").strip() or None,
+        public_url=url,
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("control-plane", help="cluster mode: run the control plane or manage its users")
+    parser.add_argument(
+        "--data-dir", default=None, help="the control plane's data (default: <home>/control-plane)"
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+    serve = actions.add_parser("serve", help="serve /ws/vm, every user's API and the UIs")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument(
+        "--public-url",
+        default=None,
+        help="the URL execution planes reach this server at (default http://<host>:<port>)",
+    )
+    add_user = actions.add_parser("add-user", help="create a user and print their first API token")
+    add_user.add_argument("user_id")
+    add_user.add_argument("--name", default="")
+    add_user.add_argument("--org", default=None, help="organisation id")
+    add_user.add_argument("--runtime-type", default=None, help="the user's default runtime (e.g. openclaw)")
+    add_user.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="PROVIDER=KEY",
+        help="an LLM API key sent to the user's execution plane in init (repeatable)",
+    )
+    token = actions.add_parser("token", help="print a new API token for a user")
+    token.add_argument("user_id")
+    token.add_argument("--label", default="")
+    creds = actions.add_parser("vm-credentials", help="print the environment for `clawlet exec-plane`")
+    creds.add_argument("user_id")
+    creds.add_argument("--vm-id", default=None)
+    creds.add_argument("--export", action="store_true", help="as `export NAME=value` lines for a shell")
+    actions.add_parser("users", help="list the users")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    data_dir = Path(args.data_dir).expanduser() if args.data_dir else default_data_dir(settings)
+    if args.action == "serve":
+        return serve(settings, data_dir, args.host, args.port, args.public_url)
+    from clawlet.cluster.control_plane import ControlPlane
+    from clawlet.cluster.cp_db import UnknownUser, UserExists
+    from clawlet.cluster.cp_userdata import InvalidUserId
+
+    plane = ControlPlane(build_config(data_dir))
+    try:
+        return _admin(plane, args)
+    except (UnknownUser, UserExists, InvalidUserId, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        plane.close()
+
+
+def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
+    from clawlet.cluster.cp_db import UnknownUser
+
+    if args.action == "add-user":
+        keys: dict[str, str] = {}
+        for item in args.api_key:
+            provider, sep, key = item.partition("=")
+            if not sep or not provider.strip() or not key.strip():
+                raise ValueError(f"--api-key wants PROVIDER=KEY (got {item!r})")
+            keys[provider.strip()] = key.strip()
+        plane.create_user(args.user_id, args.name, keys, org_id=args.org)
+        if args.runtime_type:
+            plane.update_user(args.user_id, runtime_type=args.runtime_type)
+        print(plane.issue_user_token(args.user_id, "add-user"))
+        return 0
+    if args.action == "token":
+        if plane.get_user(args.user_id) is None:
+            raise UnknownUser(f"no user {args.user_id!r}")
+        print(plane.issue_user_token(args.user_id, args.label))
+        return 0
+    if args.action == "vm-credentials":
+        credentials = plane.issue_vm_credentials(args.user_id, args.vm_id)
+        for name, value in credentials.env().items():
+            print(f"export {name}={value}" if args.export else f"{name}={value}")
+        return 0
+    for user in plane.store.list_users():
+        vms = plane.store.list_vms(user.id)
+        online = any(vm.connected for vm in vms)
+        state = "disabled" if user.disabled else ("online" if online else "offline")
+        print(f"{user.id}\t{user.name}\t{state}\truntime={user.runtime_type or '-'}")
+    return 0
+
+
+def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: str | None) -> int:
+    import uvicorn
+
+    from clawlet import __version__
+    from clawlet.cli import GRACEFUL_SHUTDOWN_SECONDS
+    from clawlet.cluster.control_plane import install_ticket_redaction, server_config
+    from clawlet.cluster.frontend import create_cluster_app
+    from clawlet.logs import configure_logging
+
+    shown_host = f"[{host}]" if ":" in host else host
+    url = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown_host}:{port}"
+    config = build_config(data_dir, url)
+    atomic_write_json(config.data_dir / SERVER_FILE, {"public_url": url})
+    app = create_cluster_app(config, settings)
+    print(f"clawlet {__version__} control plane · data {config.data_dir}")
+    print(f"listening on http://{shown_host}:{port}  (execution planes: {config.ws_url})", flush=True)
+    configure_logging(settings.log_format, settings.log_level)
+    install_ticket_redaction()
+    options = {"log_config": None, "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS}
+    uvicorn.Server(server_config(app, host, port, **options)).run()
+    return 0

@@ -1,0 +1,236 @@
+"""Cluster mode's front door: the HTTP API and UIs of local mode, one per user, in the control plane.
+
+:func:`create_cluster_app` serves, on one port:
+
+* ``/ws/vm`` and ``/healthz`` — the execution planes' side (:mod:`clawlet.cluster.control_plane`);
+* ``/health`` — public: the control plane's health and how many execution planes are connected;
+* ``/api/*``, ``/v1/*``, ``/process`` — the local-mode API (workbench, inbox, OpenAI-compatible,
+  native agent, Open WebUI loader) of the user the bearer token belongs to (tokens are made with
+  ``clawlet control-plane add-user`` / ``token``). Each user has an app of their own
+  (:class:`UserApps`) over their own home, ``<data_dir>/users/<user_id>/home`` (transcripts, inbox
+  database, workspace files), whose sessions run on that user's execution plane
+  (:class:`~clawlet.cluster.remote_adapter.RemoteAdapter`). A user's token reaches only that user's
+  app, so no request can name another user's sessions, files or tasks: they do not exist there.
+  A missing or unknown token gets the surface's 401;
+* ``/api/cluster/*`` — what only cluster mode has, for the token's user: ``GET /api/cluster/me``
+  (the user, whether their execution plane is connected) and ``GET
+  /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events exactly as
+  the execution plane sent them (seed 001 §7.4: ``text_chunk``, ``tool_call_start``, …), as SSE
+  with the control plane's event ``id`` (``Last-Event-ID`` or ``after`` resumes), until the
+  session stops; 404 for a session the user never started;
+* the UI (workbench at ``/``, inbox at ``/inbox``) — public static files, as in local mode.
+
+The OpenClaw gateway WebSocket (``/gateway``) of local mode is not served in cluster mode.
+
+The agent itself (its workspace Markdown files, skills, MEMORY.md, knowledge) lives on the user's
+machine, in the execution plane's home; the files the workbench edits here are the control plane's
+copy of the user's home (used for titles, token counts and compression here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Final
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from clawlet.api.app import create_app, is_guarded, refuse
+from clawlet.api.errors import ApiError, install_error_handlers
+from clawlet.api.sse import KEEPALIVE
+from clawlet.api.static import install_static
+from clawlet.cluster.control_plane import (
+    ControlPlane,
+    ControlPlaneConfig,
+    RoutingError,
+    SessionEvent,
+    SessionForbidden,
+    SessionNotFound,
+    create_control_plane_app,
+)
+from clawlet.cluster.cp_userdata import user_dir
+from clawlet.cluster.remote_adapter import RemoteAdapter, remote_session_id
+from clawlet.config import Settings
+from clawlet.engine.agent import AgentEngine
+from clawlet.runtime.manager import AdapterFactory
+
+log = logging.getLogger(__name__)
+
+CLUSTER_API: Final = "/api/cluster/"
+KEEPALIVE_SECONDS: Final = 15.0
+
+
+def bearer_token(scope: Scope) -> str | None:
+    authorization = Headers(scope=scope).get("authorization") or ""
+    if not authorization.lower().startswith("bearer "):
+        return None
+    return authorization[7:].strip() or None
+
+
+class UserApps:
+    """One local-mode clawlet app per user, built on first use and kept until :meth:`aclose`."""
+
+    def __init__(self, plane: ControlPlane, settings: Settings) -> None:
+        self.plane = plane
+        self.settings = settings
+        self._apps: dict[str, FastAPI] = {}
+        self._lock = asyncio.Lock()
+        self._stack = contextlib.AsyncExitStack()
+
+    def home_of(self, user_id: str) -> Any:
+        return user_dir(self.plane.data_dir / "users", user_id) / "home"
+
+    async def get(self, user_id: str) -> FastAPI:
+        app = self._apps.get(user_id)
+        if app is not None:
+            return app
+        async with self._lock:
+            app = self._apps.get(user_id)
+            if app is None:
+                app = await asyncio.to_thread(self._build, user_id)
+                await self._stack.enter_async_context(app.router.lifespan_context(app))
+                self._apps[user_id] = app
+                log.info("serving the API of user %s", user_id)
+        return app
+
+    def _build(self, user_id: str) -> FastAPI:
+        settings = self.settings.model_copy(
+            update={"home": self.home_of(user_id), "api_token": None, "api_keys": None, "gateway_port": None}
+        )
+
+        def runtimes(workspace: str, _engine: AgentEngine) -> dict[str, AdapterFactory]:
+            def remote() -> RemoteAdapter:
+                return RemoteAdapter(self.plane, user_id, workspace)
+
+            # every runtime type goes to the execution plane, which resolves and checks it
+            return {"engine": remote}
+
+        return create_app(settings, runtimes=runtimes)
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+        self._apps.clear()
+
+
+class ClusterFrontend:
+    """ASGI: guarded paths go to the token's user's app, everything else to the control plane's."""
+
+    def __init__(self, control_app: FastAPI, plane: ControlPlane, users: UserApps) -> None:
+        self.control_app = control_app
+        self.plane = plane
+        self.users = users
+        self.cluster_api = cluster_api(plane)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not is_guarded(scope):
+            await self.control_app(scope, receive, send)
+            return
+        token = bearer_token(scope)
+        user = await asyncio.to_thread(self.plane.authenticate_user, token) if token else None
+        if user is None:
+            await refuse(scope, receive, send)
+            return
+        scope.setdefault("state", {})["user_id"] = user.id
+        if scope.get("path", "").startswith(CLUSTER_API):
+            await self.cluster_api(scope, receive, send)
+            return
+        app: ASGIApp = await self.users.get(user.id)
+        await app(scope, receive, send)
+
+
+def cluster_api(plane: ControlPlane) -> FastAPI:
+    """``/api/cluster/*`` for the authenticated user (``request.state.user_id``)."""
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+
+    @app.get("/api/cluster/me")
+    async def me(request: Request) -> dict[str, Any]:
+        user_id: str = request.state.user_id
+        return {"user_id": user_id, "exec_plane_connected": plane.is_connected(user_id)}
+
+    @app.get("/api/cluster/sessions/{session_id}/events")
+    async def session_events(
+        request: Request,
+        session_id: str,
+        workspace: Annotated[str, Query(max_length=64)] = "",
+        after: Annotated[int | None, Query(ge=0)] = None,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> StreamingResponse:
+        user_id: str = request.state.user_id
+        if last_event_id and last_event_id.isdigit():
+            after = int(last_event_id)
+        remote_id = remote_session_id(user_id, workspace, session_id)
+        try:
+            subscription = plane.subscribe(user_id, remote_id, after=after)
+        except (SessionNotFound, SessionForbidden):
+            raise ApiError(404, "not_found", f"no session {session_id!r} in this cluster") from None
+
+        async def frames() -> AsyncIterator[str]:
+            async with subscription:
+                iterator = subscription.__aiter__()
+                while True:
+                    try:
+                        event: SessionEvent = await asyncio.wait_for(iterator.__anext__(), KEEPALIVE_SECONDS)
+                    except TimeoutError:
+                        yield KEEPALIVE
+                        continue
+                    except (StopAsyncIteration, RoutingError):
+                        return
+                    data = {"seq": event["seq"], **_as_object(event["data"])}
+                    yield f"id: {event['id']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+
+    return app
+
+
+def _as_object(data: Any) -> dict[str, Any]:
+    return data if isinstance(data, dict) else {"data": data}
+
+
+def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = None) -> ClusterFrontend:
+    """The control plane with every user's HTTP API and the UIs (see the module docstring).
+    ``settings`` supplies the model used here for titles and compression (default: the environment's)."""
+    plane = ControlPlane(config)
+    users = UserApps(plane, settings or Settings())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # execution-plane links first: the users' apps then stop without stopping remote sessions,
+        # which keep running on the user machines across a restart of the control plane
+        await plane.aclose()
+        await users.aclose()
+        plane.close()
+
+    control_app = create_control_plane_app(plane=plane)
+    control_app.router.lifespan_context = _chain(lifespan, control_app.router.lifespan_context)
+
+    @control_app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "mode": "cluster",
+            "connected_exec_planes": len(plane.connected_users()),
+        }
+
+    install_static(control_app)
+    return ClusterFrontend(control_app, plane, users)
+
+
+def _chain(outer: Any, inner: Any) -> Any:
+    """A lifespan that runs ``inner`` inside ``outer``."""
+
+    @contextlib.asynccontextmanager
+    async def both(app: FastAPI) -> AsyncIterator[None]:
+        async with outer(app), inner(app):
+            yield
+
+    return both

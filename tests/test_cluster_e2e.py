@@ -1,0 +1,180 @@
+"""Cluster mode end to end: a control plane and two execution planes (users alice and bob), each a
+separate OS process on loopback, driven only through the HTTP API as users drive it.
+
+The processes are started by :class:`clawlet.cluster.local_cluster.LocalCluster`, the same code as
+``clawlet cluster``; the last test runs that command itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from clawlet.cluster.local_cluster import LocalCluster
+from tests.conftest import free_port, parse_sse
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    started = LocalCluster(tmp_path / "cluster", ["alice", "bob"], free_port())
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def chat(
+    cluster: LocalCluster, user: str, message: str, session_id: str
+) -> list[tuple[str, dict[str, object]]]:
+    response = httpx.post(
+        f"{cluster.base_url}/api/chat",
+        json={"message": message, "session_id": session_id},
+        headers=auth(cluster.tokens[user]),
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    return parse_sse(response.text)
+
+
+def raw_events(cluster: LocalCluster, user: str, session_id: str, until: str) -> list[dict[str, object]]:
+    """The execution plane's events of a session, from the first, up to one of type ``until``."""
+    seen: list[dict[str, object]] = []
+    url = f"{cluster.base_url}/api/cluster/sessions/{session_id}/events?after=0"
+    with httpx.stream("GET", url, headers=auth(cluster.tokens[user]), timeout=30) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:]))
+                if seen[-1]["type"] == until:
+                    return seen
+    raise AssertionError(f"the stream ended before {until}: {seen}")
+
+
+def test_two_users_chat_and_stay_apart(cluster: LocalCluster) -> None:
+    alice = chat(cluster, "alice", "run: echo 来自-alice", "s1")
+    names = [name for name, _ in alice]
+    assert names[0] == "token" and names[-2:] == ["done", "title"]
+    assert "tool_start" in names and "tool_end" in names
+    tool_end = next(data for name, data in alice if name == "tool_end")
+    assert "来自-alice" in str(tool_end["output"])
+    bob = chat(cluster, "bob", "hello from bob 你好", "s1")  # the same session id as alice's
+    done = next(data for name, data in bob if name == "done")
+    assert "你好" in str(done["content"]) and "来自-alice" not in str(done["content"])
+
+    # each user sees their own session (with the reply recorded), never the other's
+    for user, text in (("alice", "run: echo 来自-alice"), ("bob", "hello from bob 你好")):
+        history = httpx.get(f"{cluster.base_url}/api/sessions/s1/history", headers=auth(cluster.tokens[user]))
+        messages = history.json()["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert messages[0]["content"] == text
+    # the turns ran on each user's own machine: the session directories are there only
+    alice_sessions = {p.name for p in (cluster.data_dir / "exec-planes/alice/sessions").iterdir()}
+    bob_sessions = {p.name for p in (cluster.data_dir / "exec-planes/bob/sessions").iterdir()}
+    assert len(alice_sessions) == 1 and len(bob_sessions) == 1 and alice_sessions != bob_sessions
+
+    # the OpenAI-compatible surface, per user
+    completion = httpx.post(
+        f"{cluster.base_url}/v1/chat/completions",
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "hi 世界"}]},
+        headers=auth(cluster.tokens["bob"]),
+        timeout=60,
+    )
+    assert completion.status_code == 200
+    assert "世界" in completion.json()["choices"][0]["message"]["content"]
+
+    # the execution plane's own events, as the seed's vocabulary, to their owner only
+    events = raw_events(cluster, "alice", "s1", until="execution_complete")
+    kinds = [event["type"] for event in events]
+    assert kinds[0] == "text_chunk" and "tool_call_start" in kinds and "tool_call_complete" in kinds
+    seqs = [event["seq"] for event in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    me = httpx.get(f"{cluster.base_url}/api/cluster/me", headers=auth(cluster.tokens["alice"])).json()
+    assert me == {"user_id": "alice", "exec_plane_connected": True}
+
+
+def test_cross_user_access_is_refused(cluster: LocalCluster) -> None:
+    chat(cluster, "alice", "secret plans", "alice-only")
+    base, bob = cluster.base_url, auth(cluster.tokens["bob"])
+    listed = httpx.get(f"{base}/api/sessions", headers=bob).json()
+    assert all(item["id"] != "alice-only" for item in listed)
+    assert httpx.get(f"{base}/api/sessions/alice-only/history", headers=bob).status_code == 404
+    assert httpx.get(f"{base}/api/cluster/sessions/alice-only/events", headers=bob).status_code == 404
+    assert httpx.delete(f"{base}/api/sessions/alice-only", headers=bob).status_code == 404
+    # alice's session is still there, untouched
+    history = httpx.get(f"{base}/api/sessions/alice-only/history", headers=auth(cluster.tokens["alice"]))
+    assert history.status_code == 200 and history.json()["messages"][0]["content"] == "secret plans"
+    # files are per user too
+    alice_files = httpx.get(f"{base}/api/files?path=memory/MEMORY.md", headers=auth(cluster.tokens["alice"]))
+    assert alice_files.status_code == 200
+    # no token, a wrong token, and a VM-style token are all refused in each surface's format
+    for headers in ({}, auth("wrong"), auth("clu_" + "x" * 43)):
+        workbench = httpx.get(f"{base}/api/sessions", headers=headers)
+        assert workbench.status_code == 401 and workbench.json()["error"]["code"] == "unauthorized"
+        openai = httpx.post(f"{base}/v1/chat/completions", json={}, headers=headers)
+        assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
+    # the UI and health are public
+    assert httpx.get(f"{base}/").status_code == 200
+    assert httpx.get(f"{base}/health").json()["connected_exec_planes"] == 2
+
+
+def test_a_user_without_a_connected_exec_plane_gets_a_clear_error(cluster: LocalCluster) -> None:
+    cluster.kill("exec-plane-bob", signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while httpx.get(f"{cluster.base_url}/health").json()["connected_exec_planes"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    events = chat(cluster, "bob", "anyone there?", "s9")
+    assert events[-1][0] == "error"
+    assert "no connected execution plane" in str(events[-1][1]["error"])
+    # alice is unaffected
+    assert chat(cluster, "alice", "still here", "s9")[-2][0] == "done"
+
+
+def test_the_clawlet_cluster_command(tmp_path: Path) -> None:
+    port = free_port()
+    data_dir = tmp_path / "dev-cluster"
+    command = [sys.executable, "-m", "clawlet", "cluster", "--users", "carol", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ.copy(),
+    )
+    output: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line)
+            if "Ctrl+C stops everything" in line:
+                break
+        token = json.loads((data_dir / "tokens.json").read_text())["carol"]
+        assert any(token in line for line in output)
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/api/chat",
+            json={"message": "hi from the cluster command", "session_id": "c1"},
+            headers=auth(token),
+            timeout=60,
+        )
+        assert [name for name, _ in parse_sse(response.text)][-2:] == ["done", "title"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, "".join(output) + rest
+    # every process it started is gone: nothing listens on the port any more
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
