@@ -126,8 +126,11 @@ def test_cross_user_access_is_refused(cluster: LocalCluster) -> None:
         assert workbench.status_code == 401 and workbench.json()["error"]["code"] == "unauthorized"
         openai = httpx.post(f"{base}/v1/chat/completions", json={}, headers=headers)
         assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
-    # the UI and health are public
+    # the UI, health and the sign-in probe are public
     assert httpx.get(f"{base}/").status_code == 200
+    assert httpx.get(f"{base}/auth").json() == {"required": True, "authenticated": False}
+    assert httpx.get(f"{base}/auth", headers=auth("wrong")).json()["authenticated"] is False
+    assert httpx.get(f"{base}/auth", headers=bob).json() == {"required": True, "authenticated": True}
     assert httpx.get(f"{base}/health").json()["connected_exec_planes"] == 2
 
 

@@ -4,6 +4,8 @@
 
 * ``/ws/vm`` and ``/healthz`` — the execution planes' side (:mod:`clawlet.cluster.control_plane`);
 * ``/health`` — public: the control plane's health and how many execution planes are connected;
+  ``/auth`` — public: ``{"required": true, "authenticated": <is the bearer token a user's>}``, what
+  the UIs ask before showing their sign-in screen;
 * ``/api/*``, ``/v1/*``, ``/process`` — the local-mode API (workbench, inbox, OpenAI-compatible,
   native agent, Open WebUI loader) of the user the bearer token belongs to (tokens are made with
   ``clawlet control-plane add-user`` / ``token``). Each user has an app of their own
@@ -37,7 +39,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
 from fastapi import FastAPI, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -220,6 +222,17 @@ def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = N
             "mode": "cluster",
             "connected_exec_planes": len(plane.connected_users()),
         }
+
+    @control_app.get("/auth")
+    async def auth_status(request: Request) -> JSONResponse:
+        # what the UIs ask before showing the sign-in screen (as clawlet.api.auth in local mode):
+        # cluster mode always wants a token; is this one a user's?
+        token = bearer_token(request.scope)
+        user = await asyncio.to_thread(plane.authenticate_user, token) if token else None
+        return JSONResponse(
+            {"required": True, "authenticated": user is not None},
+            headers={"Cache-Control": "no-store"},
+        )
 
     install_static(control_app)
     return ClusterFrontend(control_app, plane, users)
