@@ -4,9 +4,9 @@ A real uvicorn server runs the control plane's app on 127.0.0.1 in the test's ev
 execution planes are real :class:`~clawlet.cluster.client.ControlPlaneClient` instances (plus a raw
 ``websockets`` connection where a test must send frames the client never would, e.g. duplicates).
 
-The data-layer tests run on a SQLite file and, when ``CLAWLET_TEST_POSTGRES_URL`` names a
-PostgreSQL database (``postgresql+psycopg://user:pw@127.0.0.1:5432/db``; the role needs CREATE on
-it), on PostgreSQL too, each test in a fresh schema dropped afterwards; without it they are skipped.
+The data-layer tests run on a SQLite file and on PostgreSQL (tests/support/postgres.py: the server
+``scripts/test`` starts, or ``CLAWLET_TEST_POSTGRES_URL``), each test in a fresh schema dropped
+afterwards; without a server the PostgreSQL cases are skipped.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import uvicorn
-from sqlalchemy.engine import make_url
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -79,25 +76,13 @@ from clawlet.cluster.skill_cache import SkillPackageCache, parse_package
 from clawlet.inbox.db import VERSION_TABLE as INBOX_VERSION_TABLE
 from clawlet.inbox.db import migrate as migrate_inbox
 from tests.conftest import free_port
+from tests.support.postgres import BACKENDS, fresh_schema_url
 
 SECRET = "control-plane-test-secret-0123456789abcdef"
 ALICE, BOB = "alice", "bob"
 ALICE_KEYS = {"openai": "sk-alice-openai", "anthropic": "sk-ant-alice"}
 BOB_KEYS = {"openai": "sk-bob-openai"}
 MCP_SERVER = Path(__file__).parent / "support" / "mcp_server.py"
-
-# Read at import: the autouse ``clawlet_home`` fixture removes every CLAWLET_* variable.
-POSTGRES_URL = os.environ.get("CLAWLET_TEST_POSTGRES_URL", "")
-NO_POSTGRES = (
-    "PostgreSQL not configured: set CLAWLET_TEST_POSTGRES_URL="
-    "postgresql+psycopg://user:pw@127.0.0.1:PORT/db (and install psycopg) to run it"
-)
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param(
-        "postgresql", id="postgresql", marks=pytest.mark.skipif(not POSTGRES_URL, reason=NO_POSTGRES)
-    ),
-]
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -127,17 +112,8 @@ async def until(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A URL whose connections work in a new, empty schema (dropped with everything in it after)."""
-    schema = f"clawlet_cp_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        url = make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-    finally:
-        admin.dispose()
+    with fresh_schema_url("clawlet_cp_test") as url:
+        yield url
 
 
 @pytest.fixture
@@ -590,7 +566,9 @@ async def test_sessions_are_routed_to_their_users_exec_plane(cp: Harness) -> Non
     record = await cp.plane.start_session(ALICE, "sa", config)
     assert record.user_id == ALICE and record.status == "running"
     await until(lambda: plane_a.started)
-    assert plane_a.started == [{**config, "session_id": "sa"}] and plane_b.started == []
+    # the frame carries the runtime the control plane resolved (nothing set anywhere: semigraph)
+    assert plane_a.started == [{**config, "session_id": "sa", "runtime_type": "semigraph"}]
+    assert plane_b.started == []
     await cp.plane.start_session(BOB, "sb", {"agent_config": {}})
     await until(lambda: plane_b.started)
 
@@ -796,7 +774,7 @@ def store(database_url: str) -> Iterator[ControlPlaneStore]:
 def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: str) -> None:
     store = ControlPlaneStore.open(database_url)
     try:
-        assert current_revision(store.engine) == "0001"
+        assert current_revision(store.engine) == "0002"
         migrate_inbox(store.engine)
         ControlPlaneStore.open(database_url).close()  # migrating again is a no-op
         tables = set(sa.inspect(store.engine).get_table_names())
@@ -804,6 +782,8 @@ def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: s
             VERSION_TABLE,
             INBOX_VERSION_TABLE,
             "users",
+            "user_tokens",
+            "orgs",
             "usage",
             "tickets",
             "tasks",

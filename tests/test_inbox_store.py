@@ -1,18 +1,15 @@
 """The inbox data layer on a real database: schema, migrations, ULIDs, and the whole transition
 table (every allowed and every refused change, refused ones changing nothing).
 
-Every test that takes ``repo`` runs on a SQLite file and, when ``CLAWLET_TEST_POSTGRES_URL`` names
-a PostgreSQL database (``postgresql+psycopg://user:pw@127.0.0.1:5432/db``; the role needs CREATE
-on it and the ``psycopg`` driver must be installed), on PostgreSQL too, each test in a fresh
-schema that is dropped afterwards. Without the variable the PostgreSQL cases are skipped.
+Every test that takes ``repo`` runs on a SQLite file and on PostgreSQL (tests/support/postgres.py:
+the server ``scripts/test`` starts, or ``CLAWLET_TEST_POSTGRES_URL``), each test in a fresh schema
+that is dropped afterwards. Without a server the PostgreSQL cases are skipped.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,23 +28,7 @@ from clawlet.inbox.states import (
     InvalidTransition,
     TaskStatus,
 )
-
-# Read at import: the autouse ``clawlet_home`` fixture removes every CLAWLET_* variable from the
-# environment before a test's own fixtures run.
-POSTGRES_URL = os.environ.get("CLAWLET_TEST_POSTGRES_URL", "")
-NO_POSTGRES = (
-    "PostgreSQL not configured: set CLAWLET_TEST_POSTGRES_URL="
-    "postgresql+psycopg://user:pw@127.0.0.1:PORT/db (and install psycopg) to run it"
-)
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param(
-        "postgresql",
-        id="postgresql",
-        marks=pytest.mark.skipif(not POSTGRES_URL, reason=NO_POSTGRES),
-    ),
-]
+from tests.support.postgres import BACKENDS, fresh_schema_url, requires_postgres
 
 SEED_TABLE = {
     "pending": ["running", "cancelled"],
@@ -67,17 +48,8 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A URL whose connections work in a new, empty schema (dropped with everything in it after)."""
-    schema = f"clawlet_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        url = make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-    finally:
-        admin.dispose()
+    with fresh_schema_url("clawlet_test") as url:
+        yield url
 
 
 @pytest.fixture(params=BACKENDS)
@@ -145,7 +117,7 @@ def test_sqlite_schema_matches_the_seed_with_wal_foreign_keys_and_migrations(db_
     engine.dispose()
 
 
-@pytest.mark.skipif(not POSTGRES_URL, reason=NO_POSTGRES)
+@requires_postgres
 def test_postgresql_schema_matches_the_seed_with_cascade_and_migrations(postgres_url: str) -> None:
     engine = create_db_engine(postgres_url)
     try:
@@ -226,7 +198,7 @@ def test_postgresql_schema_matches_the_seed_with_cascade_and_migrations(postgres
         engine.dispose()
 
 
-@pytest.mark.skipif(not POSTGRES_URL, reason=NO_POSTGRES)
+@requires_postgres
 def test_a_hosted_style_postgres_url_is_accepted(postgres_url: str) -> None:
     url = make_url(postgres_url)
     for drivername in ("postgres", "postgresql"):  # DATABASE_URL as hosting platforms write it
