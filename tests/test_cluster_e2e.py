@@ -181,3 +181,26 @@ def test_the_clawlet_cluster_command(tmp_path: Path) -> None:
     # every process it started is gone: nothing listens on the port any more
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_cancelling_a_remote_turn(cluster: LocalCluster) -> None:
+    base, alice = cluster.base_url, auth(cluster.tokens["alice"])
+    seen: list[tuple[str, dict[str, object]]] = []
+    body = {"message": "run: sleep 30", "session_id": "slow"}
+    with httpx.stream("POST", f"{base}/api/chat", json=body, headers=alice, timeout=60) as response:
+        lines = response.iter_lines()
+        name = ""
+        for line in lines:
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                seen.append((name, json.loads(line[5:])))
+                if name == "tool_start":
+                    cancelled = httpx.post(f"{base}/api/sessions/slow/cancel", headers=alice, timeout=30)
+                    assert cancelled.json()["cancelled"] is True
+                if name in ("done", "error"):
+                    break
+    assert seen[-1][0] == "done" and seen[-1][1].get("cancelled") is True
+    # the session works again at once (the cancelled command did not keep it busy)
+    again = chat(cluster, "alice", "are you there?", "slow")
+    assert [name for name, _ in again][-1] == "done"

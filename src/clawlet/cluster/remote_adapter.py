@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 from collections.abc import AsyncGenerator
 from typing import Any, Final
 
@@ -48,9 +49,12 @@ from clawlet.events import Event, TextDelta, Thinking, ToolEnd, ToolStart
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.sessions.store import SESSION_ID_PATTERN
 
+log = logging.getLogger(__name__)
+
 DISCONNECT_GRACE: Final = 30.0
 """Seconds a turn waits for a disconnected execution plane to come back before it fails."""
 POLL_SECONDS: Final = 1.0
+CANCEL_WAIT: Final = 10.0
 MAX_SESSION_ID: Final = 128
 
 
@@ -121,6 +125,8 @@ class RemoteAdapter(RuntimeAdapter):
         self.config = RunConfig()
         self.turns = 0
         self.running = False
+        self._turn_over = asyncio.Event()
+        self._turn_over.set()
 
     async def start(self, session_id: str, config: RunConfig) -> None:
         # Nothing is sent yet: every turn (re)starts the remote session, so a missing execution
@@ -140,6 +146,7 @@ class RemoteAdapter(RuntimeAdapter):
             raise RemoteRunFailed("the session was not started")
         self.turns += 1
         self.running = True
+        self._turn_over.clear()
         try:
             await self.plane.start_session(self.user_id, self.remote_id, self._start_config())
             subscription = self.plane.subscribe(self.user_id, self.remote_id)
@@ -160,6 +167,7 @@ class RemoteAdapter(RuntimeAdapter):
             raise RemoteRunFailed("the session was stopped before the turn completed")
         finally:
             self.running = False
+            self._turn_over.set()
 
     async def _events(self, subscription: Any) -> AsyncGenerator[SessionEvent, None]:
         """The subscription's events; fails once the execution plane has been away too long."""
@@ -185,10 +193,17 @@ class RemoteAdapter(RuntimeAdapter):
             yield event
 
     async def cancel(self) -> None:
+        """Cancel on the execution plane and wait (at most ``CANCEL_WAIT`` s) for its
+        ``execution_complete {cancelled}``, so that it cannot end the session's next turn."""
         if self.remote_id is None or not self.running:
             return
-        with contextlib.suppress(Exception):  # the run's task is cancelled by the caller anyway
+        try:
             await self.plane.cancel(self.user_id, self.remote_id)
+        except Exception as exc:  # the run's task is cancelled by the caller anyway
+            log.warning("could not cancel remote session %s: %s", self.remote_id, exc)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._turn_over.wait(), CANCEL_WAIT)
 
     async def stop(self) -> None:
         if self.remote_id is not None:
