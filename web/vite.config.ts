@@ -42,7 +42,8 @@ export default defineConfig({
   },
   worker: { format: 'es' },
   server: {
-    proxy: { '/api': 'http://127.0.0.1:8002' },
+    // /auth: whether the UIs must ask for a token (lib/auth)
+    proxy: { '/api': 'http://127.0.0.1:8002', '/auth': 'http://127.0.0.1:8002' },
   },
   test: {
     include: ['src/**/*.test.ts', 'src/**/*.test.tsx'],

@@ -68,34 +68,35 @@ class Server:
     url: str
     home: Path
     process: subprocess.Popen[bytes]
+    #: the bearer token ``api`` sends (a server started with ``CLAWLET_API_TOKEN``)
+    token: str | None = None
 
-    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        return httpx.request(method, f"{self.url}{path}", timeout=30, **kwargs)  # type: ignore[arg-type]
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if self.token:
+            kwargs["headers"] = {"Authorization": f"Bearer {self.token}", **(kwargs.get("headers") or {})}
+        return httpx.request(method, f"{self.url}{path}", timeout=30, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    base = tmp_path_factory.mktemp("e2e")
+def start_serve(base: Path, port: int, env_extra: dict[str, str] | None = None) -> Server:
+    """``clawlet serve`` on 127.0.0.1:``port`` with its home in ``base``, the demo model and no
+    ``CLAWLET_*`` setting of the machine's but ``env_extra``; returns once ``/health/ready`` answers.
+    Its output is appended to ``base/server.log``."""
     home = base / "home"
     env = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV and not k.startswith("CLAWLET_")}
     env.update({"CLAWLET_HOME": str(home), "CLAWLET_PROVIDER": "demo"})
     # the inbox's agents: an openclaw.json of the test's own, never the machine's ~/.openclaw
     env["OPENCLAW_CONFIG_PATH"] = str(base / "openclaw" / "openclaw.json")
     env.pop("OPENCLAW_STATE_DIR", None)
-    port = free_port()
+    env.update(env_extra or {})
     clawlet = Path(sys.executable).with_name("clawlet")
-    log = (base / "server.log").open("wb")
-    process = subprocess.Popen(
-        [str(clawlet), "serve", "--port", str(port)], cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    with (base / "server.log").open("ab") as log:
+        command = [str(clawlet), "serve", "--port", str(port)]
+        process = subprocess.Popen(command, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
         try:
-            if httpx.get(f"{url}/api/status", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
@@ -103,15 +104,69 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             process.kill()
             raise RuntimeError(f"clawlet serve did not start: {(base / 'server.log').read_text()}")
         time.sleep(0.1)
+    return Server(url=url, home=home, process=process, token=(env_extra or {}).get("CLAWLET_API_TOKEN"))
+
+
+def stop_serve(server: Server) -> None:
+    server.process.terminate()
     try:
-        yield Server(url=url, home=home, process=process)
+        server.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    running = start_serve(tmp_path_factory.mktemp("e2e"), free_port())
+    try:
+        yield running
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        stop_serve(running)
+
+
+TOKEN = "e2e-token-9f3k"
+
+
+@dataclass
+class TokenServer:
+    """``clawlet serve`` with ``CLAWLET_API_TOKEN`` (the UIs then ask for it); ``restart`` starts it
+    again on the same address, e.g. with another token."""
+
+    base: Path
+    port: int
+    current: Server
+
+    @property
+    def url(self) -> str:
+        return self.current.url
+
+    @property
+    def token(self) -> str:
+        return self.current.token or ""
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.current.api(method, path, **kwargs)
+
+    def restart(self, token: str) -> None:
+        stop_serve(self.current)
+        self.current = start_serve(self.base, self.port, {"CLAWLET_API_TOKEN": token})
+
+
+@pytest.fixture(scope="module")
+def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenServer]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    base, port = tmp_path_factory.mktemp("e2e-token"), free_port()
+    running = TokenServer(base, port, start_serve(base, port, {"CLAWLET_API_TOKEN": TOKEN}))
+    try:
+        yield running
+    finally:
+        stop_serve(running.current)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clawlet import __version__
-from clawlet.api import gateway_ws, health, native, process
+from clawlet.api import auth, gateway_ws, health, native, process
 from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
 from clawlet.api.inbox import install_inbox
 from clawlet.api.openai import chat as openai_chat
@@ -139,6 +139,7 @@ def create_app(
     app.include_router(process.router)  # Open WebUI's external document loader
     app.include_router(gateway_ws.router)  # the OpenClaw gateway protocol; checks its own token
     app.include_router(health.router)  # public, like the seed's; /health/live never needs a token
+    app.include_router(auth.router)  # public: GET /auth, whether the UIs must ask for a token
     install_static(app)
     # Added last, so it wraps everything above: every request (auth failures included) gets an id.
     app.add_middleware(RequestLogging)

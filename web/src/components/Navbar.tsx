@@ -1,8 +1,10 @@
+import { authText, useAuth } from '../lib/AuthGate'
 import { useWorkbench } from '../lib/store'
 import { ClawIcon, MoonIcon, SunIcon } from './Icons'
 
 export function Navbar() {
   const { state, dispatch, t, actions } = useWorkbench()
+  const session = useAuth()
   const model = state.status?.model
   return (
     <header className="navbar glass">
@@ -39,6 +41,11 @@ export function Navbar() {
           onClick={() => dispatch({ type: 'theme', theme: state.theme === 'dark' ? 'light' : 'dark' })}>
           {state.theme === 'dark' ? <SunIcon /> : <MoonIcon />}
         </button>
+        {session.required && (
+          <button className="btn ghost" data-testid="sign-out" onClick={session.signOut}>
+            {authText(state.lang, 'signOut')}
+          </button>
+        )}
       </div>
     </header>
   )

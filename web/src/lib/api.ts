@@ -1,5 +1,7 @@
 // The clawlet /api client. The base is the page's own origin, so the workbench works
-// from localhost and from another machine on the LAN alike.
+// from localhost and from another machine on the LAN alike. Every request and the chat stream go
+// through auth.fetch (the bearer token when signed in; a 401 signs out).
+import { auth } from './auth'
 import { readSSE } from './sse'
 import type {
   ChatEvent,
@@ -50,7 +52,7 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
     init.headers = { 'content-type': 'application/json' }
     init.body = JSON.stringify(body)
   }
-  const response = await fetch(`${apiBase()}${path}`, init)
+  const response = await auth.fetch(`${apiBase()}${path}`, init)
   if (!response.ok) throw await failure(response)
   return (await response.json()) as T
 }
@@ -90,7 +92,7 @@ export async function streamChat(
   onEvent: (event: ChatEvent) => void,
   signal?: AbortSignal,
 ): Promise<void> {
-  const response = await fetch(`${apiBase()}/chat`, {
+  const response = await auth.fetch(`${apiBase()}/chat`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
     body: JSON.stringify({ message, session_id: sessionId, stream: true }),

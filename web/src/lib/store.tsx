@@ -267,7 +267,7 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
   }
 }
 
-const STORAGE_KEY = 'clawlet.workbench'
+export const STORAGE_KEY = 'clawlet.workbench'
 
 interface Persisted {
   theme?: Theme
@@ -275,7 +275,7 @@ interface Persisted {
   widths?: { left: number; right: number }
 }
 
-function loadPersisted(): Persisted {
+export function loadPersisted(): Persisted {
   try {
     return JSON.parse(localStorage.getItem(STORAGE_KEY) ?? '{}') as Persisted
   } catch {

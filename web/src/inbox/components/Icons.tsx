@@ -13,6 +13,7 @@ function Svg({ children, size = 20 }: { children: ReactNode; size?: number }) {
 export const BackIcon = () => <Svg><path d="M15 18l-6-6 6-6" /></Svg>
 export const SendIcon = () => <Svg><path d="M5 12h14M13 6l6 6-6 6" /></Svg>
 export const SearchIcon = () => <Svg><circle cx="11" cy="11" r="7" /><path d="M20 20l-3.5-3.5" /></Svg>
+export const SignOutIcon = () => <Svg><path d="M15 4h3a2 2 0 0 1 2 2v12a2 2 0 0 1-2 2h-3M10 17l-5-5 5-5M5 12h11" /></Svg>
 export const CloseIcon = () => <Svg><path d="M6 6l12 12M18 6L6 18" /></Svg>
 export const PlusIcon = ({ size = 20 }: { size?: number }) => <Svg size={size}><path d="M12 5v14M5 12h14" /></Svg>
 export const StopIcon = () => (

@@ -1,5 +1,7 @@
 // The inbox's client for clawlet's /api/v1. Errors become ApiError with the server's code and
 // message ({"error": {"code", "message", "details"}}); a network failure has code "network".
+// Requests go through auth.fetch: the bearer token when signed in; a 401 signs out.
+import { auth } from '../../lib/auth'
 import type { Agent, Message, Model, Task, TaskStatus } from './types'
 
 export class ApiError extends Error {
@@ -49,7 +51,7 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
   }
   let response: Response
   try {
-    response = await fetch(`${API_BASE}${path}`, init)
+    response = await auth.fetch(`${API_BASE}${path}`, init)
   } catch (error) {
     listener?.('unreachable')
     throw new ApiError(0, 'network', error instanceof Error ? error.message : String(error))
@@ -59,6 +61,18 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
   if (!response.ok) throw await failure(response)
   if (response.status === 204) return undefined as T
   return (await response.json()) as T
+}
+
+/** Drop the answers the service worker saved for offline use (on sign-out: they belong to
+ * whoever was signed in). The worker's cache names start with `inbox-api-`. */
+export async function forgetSavedAnswers(): Promise<void> {
+  if (typeof caches === 'undefined') return
+  try {
+    const names = await caches.keys()
+    await Promise.all(names.filter((name) => name.startsWith('inbox-api-')).map((name) => caches.delete(name)))
+  } catch {
+    // no cache storage here (e.g. an insecure origin): nothing was saved either
+  }
 }
 
 const enc = encodeURIComponent

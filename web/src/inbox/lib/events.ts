@@ -1,6 +1,11 @@
-// The global SSE connection (seed §8.2): one EventSource on /api/v1/events feeding the store.
-// On a drop it closes and opens a new connection 3 s later (the server's `retry: 3000` too), and
-// the store reloads what pages show once it is back, since events may have been missed.
+// The global SSE connection (seed §8.2): one stream on /api/v1/events feeding the store. It is read
+// with fetch (lib/sse's openEventStream), not EventSource, so it carries the bearer token. As the
+// EventSource before it: on a drop it reconnects 3 s later (the server's `retry: 3000` too), and
+// the store reloads what pages show once it is back, since events may have been missed. A 401
+// ends it for good (auth.fetch has signed out).
+import { auth } from '../../lib/auth'
+import { openEventStream } from '../../lib/sse'
+import type { FetchLike } from '../../lib/sse'
 import type { Action } from './reducer'
 import type { ClientMessage, DeletedEvent, DeltaEvent, Task } from './types'
 
@@ -40,35 +45,21 @@ export function eventToAction(name: string, raw: string): Action | null {
 }
 
 /** Open the connection; returns a function that closes it for good. */
-export function connectEvents(dispatch: (action: Action) => void, url = EVENTS_URL, retryMs = RECONNECT_MS): () => void {
-  let source: EventSource | null = null
-  let timer: ReturnType<typeof setTimeout> | undefined
-  let stopped = false
-
-  const open = () => {
-    if (stopped) return
-    source = new EventSource(url)
-    source.onopen = () => dispatch({ type: 'CONNECTION', connection: 'open' })
-    for (const name of EVENT_NAMES) {
-      source.addEventListener(name, (event) => {
-        const action = eventToAction(name, (event as MessageEvent<string>).data)
-        if (action) dispatch(action)
-      })
-    }
-    source.onerror = () => {
-      // the browser would retry by itself, but not after an HTTP error: retry here, always
-      source?.close()
-      source = null
-      dispatch({ type: 'CONNECTION', connection: 'closed' })
-      clearTimeout(timer)
-      timer = setTimeout(open, retryMs)
-    }
-  }
-
-  open()
-  return () => {
-    stopped = true
-    clearTimeout(timer)
-    source?.close()
-  }
+export function connectEvents(
+  dispatch: (action: Action) => void,
+  url = EVENTS_URL,
+  retryMs = RECONNECT_MS,
+  fetch: FetchLike = (input, init) => auth.fetch(input, init),
+): () => void {
+  return openEventStream(url, {
+    fetch,
+    retryMs,
+    onOpen: () => dispatch({ type: 'CONNECTION', connection: 'open' }),
+    onMessage: (message) => {
+      const action = eventToAction(message.event, message.data)
+      if (action) dispatch(action)
+    },
+    onClose: () => dispatch({ type: 'CONNECTION', connection: 'closed' }),
+    fatal: (response) => response.status === 401,
+  })
 }

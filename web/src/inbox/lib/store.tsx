@@ -14,7 +14,7 @@ import { finishedRun, initialState, optimisticMessage, reducer } from './reducer
 import type { Action, InboxState, Notice } from './reducer'
 import type { Agent, ClientMessage, Task, TaskStatus } from './types'
 
-const STORAGE_KEY = 'clawlet-inbox'
+export const STORAGE_KEY = 'clawlet-inbox'
 /** How many tasks a list asks for (the server allows up to 500). */
 export const LIST_LIMIT = 200
 

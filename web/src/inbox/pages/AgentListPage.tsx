@@ -1,9 +1,10 @@
 // Page 1 (`/inbox`): the agents as a two-column grid of cards, and a dashed card that opens the
 // "new agent" form (seed §2.1). The search button searches every agent's tasks.
 import { useState } from 'react'
+import { authText, useAuth } from '../../lib/AuthGate'
 import { AgentCard, NewAgentCard } from '../components/AgentCard'
 import { AppBar, LangToggle } from '../components/AppBar'
-import { InboxIcon, SearchIcon } from '../components/Icons'
+import { InboxIcon, SearchIcon, SignOutIcon } from '../components/Icons'
 import { NewAgentDialog } from '../components/NewAgentDialog'
 import { SearchPanel } from '../components/SearchPanel'
 import { errorText } from '../lib/i18n'
@@ -11,6 +12,7 @@ import { useInbox, usePolling } from '../lib/store'
 
 export function AgentListPage() {
   const { state, t, actions } = useInbox()
+  const session = useAuth()
   const [creating, setCreating] = useState(false)
   const [searching, setSearching] = useState(false)
   const [error, setError] = useState<unknown>(null)
@@ -36,6 +38,12 @@ export function AgentListPage() {
               <SearchIcon />
             </button>
             <LangToggle />
+            {session.required && (
+              <button className="icon-btn" onClick={session.signOut} aria-label={authText(state.lang, 'signOut')}
+                title={authText(state.lang, 'signOut')} data-testid="sign-out">
+                <SignOutIcon />
+              </button>
+            )}
           </>
         }
       />

@@ -1,0 +1,215 @@
+// The sign-in gate around each UI (the workbench and the inbox): it asks GET /auth first and shows
+// the app when no token is needed (the default, loopback) or the kept one is accepted; otherwise a
+// sign-in screen. Any 401 (auth.fetch) or the Sign out button brings the screen back and says why.
+// The app below is mounted only once signed in, so nothing of it runs (requests, streams) before.
+// Each UI styles the screen in its own CSS (.signin*) and keeps its language under its own key.
+import { createContext, useContext, useEffect, useRef, useState } from 'react'
+import type { FormEvent, ReactNode } from 'react'
+import { auth, startSession, TOKEN_KEY } from './auth'
+import type { GateState, SignOutReason } from './auth'
+import { defaultLang } from './i18n'
+import type { Lang } from './i18n'
+
+const en = {
+  signInTitle: 'Sign in',
+  signInHint:
+    'This clawlet server asks for an access token (its CLAWLET_API_TOKEN, or your own in cluster mode). It is kept in this browser only.',
+  tokenLabel: 'Access token',
+  signIn: 'Sign in',
+  signingIn: 'Checking…',
+  signOut: 'Sign out',
+  tokenMissing: 'Enter the token.',
+  tokenRefused: 'That token was refused. Check it and try again.',
+  unreachable: 'The server cannot be reached. Try again.',
+  signedOutRefused: 'Signed out: the token was refused.',
+  signedOutRequired: 'Signed out: the server now needs a token.',
+  signedOutUser: 'Signed out.',
+  language: '中文',
+}
+
+export type AuthTextKey = keyof typeof en
+
+const zh: Record<AuthTextKey, string> = {
+  signInTitle: '登录',
+  signInHint: '此 clawlet 服务器需要访问令牌（即其 CLAWLET_API_TOKEN；集群模式下为你自己的令牌）。令牌只保存在此浏览器中。',
+  tokenLabel: '访问令牌',
+  signIn: '登录',
+  signingIn: '验证中…',
+  signOut: '退出登录',
+  tokenMissing: '请输入令牌。',
+  tokenRefused: '令牌被拒绝，请检查后重试。',
+  unreachable: '无法连接服务器，请重试。',
+  signedOutRefused: '已退出登录：令牌被拒绝。',
+  signedOutRequired: '已退出登录：服务器现在需要令牌。',
+  signedOutUser: '已退出登录。',
+  language: 'EN',
+}
+
+export function authText(lang: Lang, key: AuthTextKey): string {
+  return (lang === 'zh' ? zh : en)[key]
+}
+
+const REASON_TEXT: Record<SignOutReason, AuthTextKey> = {
+  refused: 'signedOutRefused',
+  required: 'signedOutRequired',
+  user: 'signedOutUser',
+}
+
+interface AuthValue {
+  /** The server wants a token (so there is something to sign out of). */
+  required: boolean
+  signOut(): void
+}
+
+const AuthContext = createContext<AuthValue>({ required: false, signOut: () => auth.signOut('user') })
+
+export function useAuth(): AuthValue {
+  return useContext(AuthContext)
+}
+
+/** The UI's saved language: the `lang` of the JSON it keeps under `key`. */
+function savedLang(key: string): Lang {
+  try {
+    const lang = (JSON.parse(localStorage.getItem(key) ?? '{}') as { lang?: unknown }).lang
+    return lang === 'en' || lang === 'zh' ? lang : defaultLang()
+  } catch {
+    return defaultLang()
+  }
+}
+
+function saveLang(key: string, lang: Lang): void {
+  try {
+    const saved = JSON.parse(localStorage.getItem(key) ?? '{}') as Record<string, unknown>
+    localStorage.setItem(key, JSON.stringify({ ...saved, lang }))
+  } catch {
+    // not kept: the app starts in the default language
+  }
+}
+
+export interface AuthGateProps {
+  children: ReactNode
+  /** The localStorage key of the UI's preferences (its `lang` is read and written). */
+  langKey: string
+  /** The UI's name above the form, in a language. */
+  title: (lang: Lang) => string
+  /** Called on every sign-out (e.g. to drop data cached for the signed-in user). */
+  onSignOut?: (reason: SignOutReason) => void
+}
+
+export function AuthGate({ children, langKey, title, onSignOut }: AuthGateProps) {
+  const [gate, setGate] = useState<GateState>({ phase: 'checking' })
+  const gateRef = useRef(gate)
+  gateRef.current = gate
+  const onSignOutRef = useRef(onSignOut)
+  onSignOutRef.current = onSignOut
+
+  useEffect(() => {
+    let live = true
+    const start = () => void startSession().then((next) => live && setGate(next))
+    start()
+    const off = auth.onSignOut((reason) => {
+      onSignOutRef.current?.(reason)
+      setGate({ phase: 'out', reason })
+    })
+    // another tab of this origin (the other UI, say) signed in or out
+    const storage = (event: StorageEvent) => {
+      if (event.key !== TOKEN_KEY && event.key !== null) return
+      const current = gateRef.current
+      if (auth.token()) {
+        if (current.phase === 'out') start()
+      } else if (current.phase === 'in' && current.required) {
+        onSignOutRef.current?.('user')
+        setGate({ phase: 'out', reason: 'user' })
+      }
+    }
+    window.addEventListener('storage', storage)
+    return () => {
+      live = false
+      off()
+      window.removeEventListener('storage', storage)
+    }
+  }, [])
+
+  if (gate.phase === 'checking') return null
+  if (gate.phase === 'out') {
+    return <SignInScreen reason={gate.reason} langKey={langKey} title={title}
+      onSignedIn={() => setGate({ phase: 'in', required: true })} />
+  }
+  const value: AuthValue = { required: gate.required, signOut: () => auth.signOut('user') }
+  return <AuthContext.Provider value={value}>{children}</AuthContext.Provider>
+}
+
+function SignInScreen({ reason, langKey, title, onSignedIn }: {
+  reason: SignOutReason | null
+  langKey: string
+  title: (lang: Lang) => string
+  onSignedIn: () => void
+}) {
+  const [lang, setLang] = useState<Lang>(() => savedLang(langKey))
+  const [token, setToken] = useState('')
+  const [busy, setBusy] = useState(false)
+  const [error, setError] = useState<AuthTextKey | null>(null)
+  const [why, setWhy] = useState<SignOutReason | null>(reason)
+  const input = useRef<HTMLInputElement>(null)
+  const text = (key: AuthTextKey) => authText(lang, key)
+
+  useEffect(() => {
+    document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en'
+  }, [lang])
+
+  const submit = async (event: FormEvent) => {
+    event.preventDefault()
+    if (busy) return
+    setWhy(null)
+    if (!token.trim()) {
+      setError('tokenMissing')
+      input.current?.focus()
+      return
+    }
+    setBusy(true)
+    setError(null)
+    const result = await auth.signIn(token)
+    setBusy(false)
+    if (result === 'ok') {
+      onSignedIn()
+      return
+    }
+    setError(result === 'refused' ? 'tokenRefused' : 'unreachable')
+    input.current?.select()
+  }
+
+  const toggleLang = () => {
+    const next: Lang = lang === 'en' ? 'zh' : 'en'
+    setLang(next)
+    saveLang(langKey, next)
+  }
+
+  return (
+    <div className="signin" data-testid="signin">
+      <form className="signin-card" onSubmit={(event) => void submit(event)} noValidate>
+        <div className="signin-head">
+          <span className="signin-app">{title(lang)}</span>
+          <button type="button" className="signin-lang" data-testid="signin-lang" onClick={toggleLang}>
+            {text('language')}
+          </button>
+        </div>
+        <h1>{text('signInTitle')}</h1>
+        {why && (
+          <p className={`signin-note ${why === 'user' ? 'info' : 'error'}`} role={why === 'user' ? 'status' : 'alert'}
+            data-testid="signin-reason">
+            {text(REASON_TEXT[why])}
+          </p>
+        )}
+        <p className="signin-hint">{text('signInHint')}</p>
+        <label htmlFor="signin-token">{text('tokenLabel')}</label>
+        <input id="signin-token" ref={input} type="password" autoComplete="current-password" autoFocus
+          spellCheck={false} autoCapitalize="off" value={token} data-testid="signin-token"
+          aria-invalid={error !== null} onChange={(event) => setToken(event.target.value)} />
+        {error && <p className="signin-error" role="alert" data-testid="signin-error">{text(error)}</p>}
+        <button type="submit" className="btn primary signin-submit" disabled={busy} data-testid="signin-submit">
+          {busy ? text('signingIn') : text('signIn')}
+        </button>
+      </form>
+    </div>
+  )
+}
