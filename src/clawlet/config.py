@@ -6,11 +6,13 @@ clawlet's own settings use the ``CLAWLET_`` prefix.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,6 +20,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from clawlet.storage import atomic_write_json, file_lock
 
 ProviderName = Literal["auto", "demo", "openai", "deepseek", "anthropic"]
+ApprovalPolicy = Literal["allow", "ask", "deny"]
+APPROVAL_POLICIES: tuple[str, ...] = get_args(ApprovalPolicy)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) only listens on the loopback interface."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def default_home() -> Path:
@@ -117,6 +131,11 @@ class Settings(BaseSettings):
         return "demo"
 
     @property
+    def listens_beyond_loopback(self) -> bool:
+        """True when the server is reachable from other machines (``--host`` not a loopback address)."""
+        return not is_loopback(self.host)
+
+    @property
     def accepted_tokens(self) -> list[str]:
         """Every bearer token the server accepts; empty means auth is off (loopback only)."""
         tokens = [self.api_token] if self.api_token else []
@@ -194,11 +213,20 @@ class HomePaths:
         return self.root / "config.json"
 
 
-class RuntimeConfig:
-    """Switches changed at run time (RAG mode) and persisted atomically in ``config.json``."""
+TOOL_APPROVALS_KEY = "tool_approvals"
 
-    def __init__(self, path: Path) -> None:
+
+class RuntimeConfig:
+    """Switches changed at run time (RAG mode, tool approval policies) persisted atomically in
+    ``config.json``.
+
+    ``tool_approvals`` maps tool names to ``allow``, ``ask`` or ``deny`` (see
+    :mod:`clawlet.engine.approvals`). A named workspace's config has the main home's as ``parent``:
+    the main home's policies apply to every workspace, and a workspace's own entries win."""
+
+    def __init__(self, path: Path, parent: RuntimeConfig | None = None) -> None:
         self.path = path
+        self.parent = parent
 
     def _read(self) -> dict[str, object]:
         try:
@@ -214,4 +242,31 @@ class RuntimeConfig:
         with file_lock(self.path):
             data = self._read()
             data["rag_mode"] = enabled
+            atomic_write_json(self.path, data)
+
+    def get_tool_approvals(self) -> dict[str, ApprovalPolicy]:
+        """This file's own approval policies (entries that are not valid policies are ignored)."""
+        raw = self._read().get(TOOL_APPROVALS_KEY)
+        if not isinstance(raw, dict):
+            return {}
+        return {str(name): value for name, value in raw.items() if value in APPROVAL_POLICIES}
+
+    def inherited_tool_approvals(self) -> dict[str, ApprovalPolicy]:
+        """The policies that apply here from the parent (main home) config, if any."""
+        if self.parent is None or self.parent.path == self.path:
+            return {}
+        return {**self.parent.inherited_tool_approvals(), **self.parent.get_tool_approvals()}
+
+    def configured_tool_approvals(self) -> dict[str, ApprovalPolicy]:
+        """Every configured policy that applies here: the parent's, overridden by this file's."""
+        return {**self.inherited_tool_approvals(), **self.get_tool_approvals()}
+
+    def set_tool_approvals(self, policies: Mapping[str, ApprovalPolicy]) -> None:
+        """Replace this file's approval policies (an empty mapping removes them)."""
+        with file_lock(self.path):
+            data = self._read()
+            if policies:
+                data[TOOL_APPROVALS_KEY] = dict(sorted(policies.items()))
+            else:
+                data.pop(TOOL_APPROVALS_KEY, None)
             atomic_write_json(self.path, data)

@@ -6,8 +6,18 @@ translates them into its own wire format and nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
+
+
+def render_tool_input(args: Any) -> str:
+    """A tool's input as people read it (``ToolStart.input``): the single argument's value, else
+    compact JSON."""
+    if isinstance(args, dict) and len(args) == 1:
+        value = next(iter(args.values()))
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return json.dumps(args, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,56 @@ class RunFailed:
 
 
 @dataclass(frozen=True)
+class ApprovalRequested:
+    """A tool call waits for the user's decision before it runs (its tool's policy is ``ask``).
+
+    ``approval_id`` is what the decision is sent for (``POST /api/sessions/{id}/approvals/{approval_id}``);
+    ``args`` are the call's arguments as the model wrote them and ``input`` the same rendered like
+    :class:`ToolStart`'s; ``call_id`` pairs it with the ``ToolStart`` already sent and the
+    ``ToolEnd`` that follows the decision. ``allowed_decisions`` is a subset of ``approve``,
+    ``edit`` (run with other arguments) and ``reject`` (with an optional message for the model)."""
+
+    approval_id: str
+    tool: str
+    args: dict[str, Any]
+    call_id: str
+    input: str
+    allowed_decisions: list[str] = field(default_factory=lambda: ["approve", "edit", "reject"])
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class QuestionAsked:
+    """The agent asked the user a question (the ``ask_user`` tool); the run waits for the answer,
+    sent like an approval with the decision ``answer`` and the answer as its ``message`` (or
+    ``reject``, optionally with a message: the user declines to answer)."""
+
+    approval_id: str
+    question: str
+    call_id: str
+    allowed_decisions: list[str] = field(default_factory=lambda: ["answer", "reject"])
+
+
+Pending = ApprovalRequested | QuestionAsked
+"""What a waiting run waits for."""
+
+
+@dataclass(frozen=True)
+class RunWaiting:
+    """The run paused before a tool ran, waiting for the user: neither finished nor failed.
+
+    A terminal event like :class:`RunFinished`: the run is over and the session is not busy, but
+    its state is kept on disk (it survives a restart) until every item of ``pending`` is decided;
+    each decision continues it as a new run of the same session. ``content`` is the text so far.
+    Runtimes yield it (with empty ``session_id`` and ``content``) as their last event when the turn
+    paused; :class:`~clawlet.runtime.manager.SessionManager` publishes it completed."""
+
+    session_id: str
+    content: str
+    pending: list[Pending]
+
+
+@dataclass(frozen=True)
 class Title:
     session_id: str
     title: str
@@ -96,7 +156,10 @@ Event = (
     | RunFinished
     | RunCancelled
     | RunFailed
+    | RunWaiting
+    | ApprovalRequested
+    | QuestionAsked
     | Title
 )
 
-TERMINAL_EVENTS = (RunFinished, RunCancelled, RunFailed)
+TERMINAL_EVENTS = (RunFinished, RunCancelled, RunFailed, RunWaiting)

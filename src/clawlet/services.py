@@ -111,6 +111,8 @@ class Workspaces:
                 services = build_services(
                     settings, demo_token_delay=self.demo_token_delay, runtimes=self.runtimes, workspace=name
                 )
+                # the main home's tool approval policies apply here unless this workspace overrides them
+                services.runtime_config.parent = self.default.runtime_config
                 self._named[name] = services
             return services
 

@@ -5,6 +5,10 @@ The body uses the seed's fields (``prompt``, ``session-id``, ``workspace``, ``sy
 streams clawlet's own events as SSE JSON lines: a ``system``/``init`` line, one line per event
 (``text_delta``, ``tool_start``, ``tool_end``, ``new_segment``, ``usage``, ...) and a final
 ``result`` line (plus an ``error`` line when the run fails).
+
+It cannot ask the user anything: tools whose approval policy is ``ask`` are denied unless
+``dangerously-skip-permissions`` is true (then they run without asking); the ``init`` line says so
+in ``permission_mode`` (``deny`` or ``skip``) and ``permissions`` (a sentence, or "").
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from clawlet.api.deps import WorkspacesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
 from clawlet.api.sse import KEEPALIVE
+from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
-from clawlet.events import Event, RunCancelled, RunFailed, RunFinished, RunStarted
+from clawlet.events import Event, RunCancelled, RunFailed, RunFinished, RunStarted, RunWaiting
 from clawlet.paths import PathOutsideRoot, resolve_inside
 from clawlet.runtime.manager import Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services
@@ -97,8 +102,8 @@ async def stream_events(run: Run, init: dict[str, Any]) -> AsyncIterator[str]:
             )
             yield line({"type": "result", "subtype": "error", "result": "", "session_id": run.session_id})
             continue
-        if isinstance(event, RunFinished | RunCancelled):
-            subtype = "success" if isinstance(event, RunFinished) else "cancelled"
+        if isinstance(event, RunFinished | RunCancelled | RunWaiting):
+            subtype = {RunFinished: "success", RunCancelled: "cancelled"}.get(type(event), "waiting")
             yield line(
                 {"type": "result", "subtype": subtype, "result": event.content, "session_id": run.session_id}
             )
@@ -129,7 +134,9 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         allowed_tools=frozenset(body.allowed_tools) if body.allowed_tools is not None else None,
         disallowed_tools=frozenset(body.disallowed_tools or ()),
         extra_system_prompt=body.system_prompt or "",
+        approval_mode="allow" if body.skip_permissions else "deny",
     )
+    resolved = await services.engine.resolve_context(context)
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(session_id, prompt, title=False, context=context)
@@ -139,7 +146,7 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         raise ApiError(409, "session_corrupt", f"session {session_id!r} has a corrupt transcript") from exc
     except SessionBusy as exc:
         raise ApiError(409, "session_busy", f"session {session_id!r} is still answering") from exc
-    allowed = [name for name in await services.engine.available_tool_names() if context.tool_allowed(name)]
+    allowed = [name for name in await services.engine.available_tool_names() if resolved.tool_allowed(name)]
     init = {
         "type": "system",
         "subtype": "init",
@@ -147,6 +154,8 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         "session_id": session_id,
         "workspace": body.workspace or "shared",
         "tools": allowed,
+        "permission_mode": "skip" if body.skip_permissions else "deny",
+        "permissions": permission_note(resolved),
     }
     return StreamingResponse(
         stream_events(run, init),

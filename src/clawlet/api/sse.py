@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from clawlet.engine.approvals import pending_to_json
 from clawlet.events import (
+    ApprovalRequested,
     Event,
     NewSegment,
+    QuestionAsked,
     Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
     RunStarted,
+    RunWaiting,
     TextDelta,
     Title,
     ToolEnd,
@@ -48,6 +52,15 @@ def workbench_event(event: Event) -> tuple[str, dict[str, Any]] | None:
             return "done", {"content": content, "session_id": session_id, "cancelled": True}
         case RunFailed(error=error):
             return "error", {"error": error}
+        case ApprovalRequested() | QuestionAsked():
+            data = pending_to_json(event)
+            return ("approval_required" if data.pop("kind") == "tool" else "question"), data
+        case RunWaiting(content=content, session_id=session_id, pending=pending):
+            return "waiting", {
+                "content": content,
+                "session_id": session_id,
+                "pending": [pending_to_json(item) for item in pending],
+            }
         case Title(session_id=session_id, title=title):
             return "title", {"session_id": session_id, "title": title}
         case RunStarted() | Usage():

@@ -14,6 +14,10 @@ ToolEnd                 ``{type:"tool_call_complete", tool_name, result, call_id
 RunFinished             ``{type:"execution_complete", content}``
 RunCancelled            ``{type:"execution_complete", content, cancelled:true}``
 RunFailed               ``{type:"execution_error", error}``
+RunWaiting              ``{type:"execution_complete", content, waiting:true, pending:[approval_id…]}``
+ApprovalRequested       ``{type:"approval_required", approval_id, tool_name, tool_input, args, call_id,
+                        allowed_decisions}``
+QuestionAsked           ``{type:"question", approval_id, question, call_id}``
 Usage                   not an SSE event: ``fire_and_forget usage_report`` (:func:`forward_event`)
 RunStarted, Retrieval,  nothing (the seed's vocabulary has no such events)
 NewSegment, Title
@@ -21,7 +25,9 @@ NewSegment, Title
 
 ``call_id`` and ``is_error`` are additions to the seed's field names (a browser needs them to pair a
 start with its completion and to show a failed tool); a consumer that only knows the seed's fields
-ignores them.
+ignores them. The approval events are clawlet's own (the seed has none); a run that waits for the
+user ends like a completed one, with ``waiting: true``, so consumers that only know the seed's
+events end the turn. (Session processes run turns that never ask today, so none of them is sent.)
 """
 
 from __future__ import annotations
@@ -29,13 +35,16 @@ from __future__ import annotations
 from typing import Any, Final, Protocol, assert_never
 
 from clawlet.events import (
+    ApprovalRequested,
     Event,
     NewSegment,
+    QuestionAsked,
     Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
     RunStarted,
+    RunWaiting,
     TextDelta,
     Thinking,
     Title,
@@ -50,6 +59,8 @@ TOOL_CALL_START: Final = "tool_call_start"
 TOOL_CALL_COMPLETE: Final = "tool_call_complete"
 EXECUTION_COMPLETE: Final = "execution_complete"
 EXECUTION_ERROR: Final = "execution_error"
+APPROVAL_REQUIRED: Final = "approval_required"
+QUESTION: Final = "question"
 
 
 class EventSink(Protocol):
@@ -85,6 +96,25 @@ def to_exec_plane_event(event: Event) -> dict[str, Any] | None:
             return {"type": EXECUTION_COMPLETE, "content": content, "cancelled": True}
         case RunFailed(error=error):
             return execution_error(error)
+        case RunWaiting(content=content, pending=pending):
+            return {
+                "type": EXECUTION_COMPLETE,
+                "content": content,
+                "waiting": True,
+                "pending": [item.approval_id for item in pending],
+            }
+        case ApprovalRequested():
+            return {
+                "type": APPROVAL_REQUIRED,
+                "approval_id": event.approval_id,
+                "tool_name": event.tool,
+                "tool_input": event.input,
+                "args": event.args,
+                "call_id": event.call_id,
+                "allowed_decisions": list(event.allowed_decisions),
+            }
+        case QuestionAsked(approval_id=approval_id, question=question, call_id=call_id):
+            return {"type": QUESTION, "approval_id": approval_id, "question": question, "call_id": call_id}
         case RunStarted() | Retrieval() | NewSegment() | Usage() | Title():
             return None
         case _:

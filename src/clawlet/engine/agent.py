@@ -1,16 +1,22 @@
 """``AgentEngine``: one agent turn on LangChain ``create_agent``, translated into clawlet events.
 
-The agent is rebuilt for every turn so edits to the workspace files apply at once. Middleware
-turns tool exceptions into error ``ToolMessage``s (a failing tool never crashes a run) and caps
-model and tool calls per run.
+The system prompt is reassembled before every model call so edits to the workspace files apply at
+once. Middleware refuses tools a turn may not use, pauses before tools whose approval policy is
+``ask`` (see :mod:`clawlet.engine.approvals`), turns tool exceptions into error ``ToolMessage``s
+(a failing tool never crashes a run) and caps model and tool calls per run.
+
+A turn that may pause runs on a checkpointer (:class:`~clawlet.engine.approvals.PausePoint`); when
+it pauses, :meth:`AgentEngine.stream` ends with ``ApprovalRequested`` / ``QuestionAsked`` events
+and a ``RunWaiting``, and a later call with ``resume=`` continues it from the checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
@@ -26,25 +32,41 @@ from langchain.agents.middleware import (
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.types import Command
 
-from clawlet.config import RuntimeConfig, Settings
+from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
+from clawlet.engine.approvals import (
+    Decision,
+    PausePoint,
+    Resume,
+    apply_policies,
+    approval_middleware,
+    check_decision,
+    effective_policies,
+    hitl_decision,
+    pending_from_interrupt,
+)
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.events import (
     Event,
     NewSegment,
+    Pending,
     Retrieval,
+    RunWaiting,
     TextDelta,
     Thinking,
     ToolEnd,
     ToolStart,
     Usage,
+    render_tool_input,
 )
 from clawlet.llm.demo import RETRIEVAL_HEADER
 from clawlet.llm.providers import build_chat_model
 from clawlet.memory.index import SearchResult
 from clawlet.memory.stores import KnowledgeBase, MemoryIndex
+from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.tools.base import ToolError
 from clawlet.tools.mcp import McpTools, config_fingerprint, load_mcp_tools
@@ -54,6 +76,11 @@ log = logging.getLogger(__name__)
 
 MODEL_NODE = "model"
 TOOLS_NODE = "tools"
+INTERRUPT_KEY = "__interrupt__"
+
+
+class PausedRunGone(RuntimeError):
+    """A resume found no paused run waiting for that approval (its checkpoint is gone or moved on)."""
 
 
 def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:
@@ -62,14 +89,6 @@ def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:
     if isinstance(exc, ToolError):
         return f"Error from {name}: {exc}"
     return f"Error from {name}: {type(exc).__name__}: {exc}"
-
-
-def render_tool_input(args: Any) -> str:
-    """The tool input as people read it: the single argument's value, else compact JSON."""
-    if isinstance(args, dict) and len(args) == 1:
-        value = next(iter(args.values()))
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return json.dumps(args, ensure_ascii=False)
 
 
 def format_retrieval(results: Sequence[SearchResult]) -> str:
@@ -112,6 +131,8 @@ class AgentEngine:
         self._mcp_fingerprint = ""
         self._mcp_lock = asyncio.Lock()
         self.demo_token_delay = demo_token_delay
+        # the agent with a checkpointer, per checkpoint directory: (the agent it copies, the copy)
+        self._pausable: dict[Path, tuple[Any, Any]] = {}
 
     def build_model(self) -> BaseChatModel:
         """The chat model, built once: models are stateless between calls and building one
@@ -155,17 +176,50 @@ class AgentEngine:
                 prompt = self.system_prompt()
                 return f"{prompt}\n\n<!-- Request System Prompt -->\n{extra}" if extra else prompt
 
+            tools = self.build_tools()
+            # Order matters: the permission filter refuses denied calls before anyone is asked,
+            # and the approval middleware wraps the error handler (its interrupt must not become
+            # an error tool message). Nothing before the interrupt has side effects: on resume
+            # the paused call re-enters this chain up to the interrupt, then the tool runs once.
             middleware: list[AgentMiddleware[Any, Any, Any]] = [
                 workspace_prompt,
                 ToolPermissionMiddleware(),
+                approval_middleware([tool.name for tool in tools]),
                 ToolErrorMiddleware(on_error=tool_error_text),
                 ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
                 ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),
             ]
             self._agent = create_agent(
-                self.build_model(), self.build_tools(), middleware=middleware, context_schema=RunContext
+                self.build_model(), tools, middleware=middleware, context_schema=RunContext
             )
         return self._agent
+
+    def pausable_agent(self, pause: PausePoint) -> Any:
+        """The agent saving its state in ``pause.directory`` (a copy of :meth:`build_agent`'s, made
+        again only when that one is rebuilt)."""
+        base = self.build_agent()
+        cached = self._pausable.get(pause.directory)
+        if cached is None or cached[0] is not base:
+            cached = (base, base.copy({"checkpointer": LocalCheckpointer(pause.directory)}))
+            self._pausable[pause.directory] = cached
+        return cached[1]
+
+    def tool_policies(self) -> dict[str, ApprovalPolicy]:
+        """The approval policy of every tool (defaults overridden by ``config.json``)."""
+        return effective_policies(self.settings, self.runtime_config, self.tool_names())
+
+    async def resolve_context(self, context: RunContext) -> RunContext:
+        """``context`` with this workspace's approval policy applied (see :class:`RunContext`)."""
+        await self.prepare()
+        return apply_policies(context, self.tool_policies())
+
+    def find_tool(self, name: str) -> BaseTool | None:
+        return next((tool for tool in self.build_tools() if tool.name == name), None)
+
+    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
+        """Raise :class:`~clawlet.engine.approvals.InvalidDecision` if ``decision`` does not fit."""
+        tool = self.find_tool(pending.tool) if hasattr(pending, "tool") else None
+        return check_decision(pending, decision, tool)
 
     def readable_notice(self, node: str, text: str) -> str:
         """LangChain's limit notices, said so that a user knows what happened and what to change."""
@@ -180,27 +234,75 @@ class AgentEngine:
         return [tool.name for tool in self.build_tools()]
 
     async def stream(
-        self, message: str, history: Sequence[dict[str, str]], context: RunContext = DEFAULT_CONTEXT
+        self,
+        message: str,
+        history: Sequence[dict[str, str]],
+        context: RunContext = DEFAULT_CONTEXT,
+        *,
+        pause: PausePoint | None = None,
+        resume: Resume | None = None,
     ) -> AsyncIterator[Event]:
-        """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events."""
-        recalled: list[BaseMessage] = []
-        if self.runtime_config.get_rag_mode():
-            results = await asyncio.to_thread(self.memory.retrieve, message)
-            yield Retrieval(query=message, results=[dict(item) for item in results])
-            if results:
-                recalled.append(HumanMessage(format_retrieval(results)))
-        await self.prepare()
-        agent = self.build_agent()
-        inputs = {"messages": [*to_langchain_messages(history), *recalled, HumanMessage(message)]}
+        """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events.
+
+        With ``pause`` (needed for ``context.approval_mode == "ask"``) the graph state is kept in
+        that checkpoint thread, and a turn that pauses ends with an ``ApprovalRequested`` or
+        ``QuestionAsked`` per new pending item and a ``RunWaiting`` listing all of them. With
+        ``resume`` (and the same ``pause``) ``message`` and ``history`` are ignored: the paused
+        turn continues with the decision."""
+        context = await self.resolve_context(context)
+        if context.approval_mode == "ask" and pause is None:
+            raise ValueError("a turn that may ask for approval needs a pause point (a checkpointer)")
+        agent = self.build_agent() if pause is None else self.pausable_agent(pause)
         # Every model call walks each graph node once (the model, the tools and every middleware
         # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would
         # abort with GraphRecursionError before the model-call cap ends the run cleanly.
         steps_per_model_call = max(2, len(agent.builder.nodes))
-        config = {"recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10}
-        tools_ran = False
+        config: dict[str, Any] = {
+            "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10
+        }
+        options: dict[str, Any] = {}
+        inputs: Any
+        already_reported: set[str] = set()  # tool calls whose results were streamed before a pause
+        waiting_before: set[str] = set()
+        if pause is not None:
+            config["configurable"] = {"thread_id": pause.thread_id}
+            options["durability"] = "exit"  # one checkpoint when the run ends or pauses
+        if resume is not None and pause is not None:
+            state = await agent.aget_state(config)
+            pending = {item.id: item for item in state.interrupts}
+            answered = pending.get(resume.approval_id)
+            item = pending_from_interrupt(answered) if answered is not None else None
+            if item is None:
+                raise PausedRunGone(f"no paused run waits for approval {resume.approval_id!r}")
+            waiting_before = set(pending) - {resume.approval_id}
+            for task in state.tasks:
+                result = task.result if isinstance(task.result, dict) else {}
+                for done in result.get("messages", []):
+                    if isinstance(done, ToolMessage):
+                        already_reported.add(done.tool_call_id)
+            context = replace(
+                context,
+                resume_call_ids=frozenset(
+                    str(value.value.get("tool_call_id"))
+                    for value in state.interrupts
+                    if isinstance(value.value, dict) and value.value.get("tool_call_id")
+                ),
+            )
+            inputs = Command(resume={resume.approval_id: hitl_decision(item, resume.decision)})
+        else:
+            recalled: list[BaseMessage] = []
+            if self.runtime_config.get_rag_mode():
+                results = await asyncio.to_thread(self.memory.retrieve, message)
+                yield Retrieval(query=message, results=[dict(item) for item in results])
+                if results:
+                    recalled.append(HumanMessage(format_retrieval(results)))
+            inputs = {"messages": [*to_langchain_messages(history), *recalled, HumanMessage(message)]}
+            if pause is not None:  # a fresh turn: nothing of an earlier one may be resumed into it
+                await agent.checkpointer.adelete_thread(pause.thread_id)
+        tools_ran = interrupted = False
         input_tokens = output_tokens = 0
         async for mode, payload in agent.astream(
-            inputs, config=config, context=context, stream_mode=["messages", "updates"]
+            inputs, config=config, context=context, stream_mode=["messages", "updates"], **options
         ):
             if mode == "messages":
                 chunk, metadata = payload
@@ -220,8 +322,15 @@ class AgentEngine:
                     yield TextDelta(text)
                 continue
             for node, update in payload.items():
+                if node == INTERRUPT_KEY:
+                    interrupted = True  # the pending items are read from the saved state below
+                    continue
                 for item in (update or {}).get("messages", []) if isinstance(update, dict) else []:
                     if node == TOOLS_NODE and isinstance(item, ToolMessage):
+                        if item.tool_call_id in already_reported:
+                            # a resumed step replays the results of its calls that ran before
+                            # the pause: they were reported (and saved) then
+                            continue
                         yield ToolEnd(
                             tool=item.name or "tool",
                             output=item.text,
@@ -247,3 +356,13 @@ class AgentEngine:
                             )
         if input_tokens or output_tokens:
             yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        if pause is not None and interrupted:
+            state = await agent.aget_state(config)
+            waiting = [found for found in map(pending_from_interrupt, state.interrupts) if found is not None]
+            if len(waiting) != len(state.interrupts):
+                raise RuntimeError("the run stopped at an interrupt clawlet does not know")
+            if waiting:
+                for found in waiting:
+                    if found.approval_id not in waiting_before:
+                        yield found
+                yield RunWaiting(session_id="", content="", pending=waiting)

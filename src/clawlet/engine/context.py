@@ -1,24 +1,57 @@
-"""``RunContext``: per-turn options the agent runs with (tool permissions, extra system prompt)."""
+"""``RunContext``: per-turn options the agent runs with (tool permissions, approvals, extra system prompt)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+ApprovalMode = Literal["ask", "deny", "allow"]
+"""What a turn does with tools whose approval policy is ``ask``: ``ask`` pauses the run until the
+user decides (only callers that can show the question and resume the run may choose it), ``deny``
+refuses them (they are not offered; a call is answered with an error tool message), ``allow`` runs
+them without asking (``dangerously-skip-permissions``)."""
 
 
 @dataclass(frozen=True)
 class RunContext:
     """Passed to the agent as its LangGraph runtime context for one turn.
 
-    ``allowed_tools`` ``None`` means every tool; ``disallowed_tools`` always wins."""
+    ``allowed_tools`` ``None`` means every tool; ``disallowed_tools`` always wins. The caller sets
+    ``approval_mode``; the engine fills the rest from the workspace's approval policy
+    (:meth:`clawlet.engine.agent.AgentEngine.resolve_context`): ``ask_tools`` pause before they run,
+    ``policy_denied`` are set to ``deny``, ``approval_denied`` are ``ask`` tools this turn cannot ask
+    about, ``skipped_approval`` are ``ask`` tools it runs without asking; ``resume_call_ids`` are
+    the tool calls a resumed run waits on (always asked, whatever the policy says by then)."""
 
     allowed_tools: frozenset[str] | None = None
     disallowed_tools: frozenset[str] = frozenset()
     extra_system_prompt: str = ""
+    approval_mode: ApprovalMode = "deny"
+    ask_tools: frozenset[str] = frozenset()
+    policy_denied: frozenset[str] = frozenset()
+    approval_denied: frozenset[str] = frozenset()
+    skipped_approval: frozenset[str] = frozenset()
+    resume_call_ids: frozenset[str] = frozenset()
 
     def tool_allowed(self, name: str) -> bool:
-        if name in self.disallowed_tools:
+        if name in self.disallowed_tools or name in self.policy_denied or name in self.approval_denied:
             return False
         return self.allowed_tools is None or name in self.allowed_tools
+
+    def refusal_reason(self, name: str) -> str:
+        """Why a call to ``name`` is refused, said to the model so it can plan around it."""
+        if name in self.approval_denied and name not in self.disallowed_tools:
+            return (
+                f"Error: the tool {name!r} needs the user's approval, which cannot be asked for in "
+                "this conversation, so it is denied. Do without it, or tell the user what you would run."
+            )
+        if name in self.policy_denied and name not in self.disallowed_tools:
+            return f"Error: the tool {name!r} is denied by this workspace's approval policy."
+        return f"Error: the tool {name!r} is not allowed in this conversation."
+
+    def asks_before(self, name: str, call_id: str | None) -> bool:
+        """Whether the call pauses for the user's decision before it runs."""
+        return name in self.ask_tools or (call_id is not None and call_id in self.resume_call_ids)
 
 
 DEFAULT_CONTEXT = RunContext()

@@ -1,7 +1,9 @@
-"""``ToolPermissionMiddleware``: the per-turn allowed/disallowed tool lists.
+"""``ToolPermissionMiddleware``: the per-turn allowed/disallowed tool lists and denied tools.
 
-A tool that is not allowed is not offered to the model at all, and a call to it (a model may
-still invent one) is refused with an error tool message instead of running.
+A tool that is not allowed (not in the turn's allowed list, in its disallowed list, set to ``deny``
+by the workspace's approval policy, or set to ``ask`` in a turn that cannot ask) is not offered to
+the model at all, and a call to it (a model may still invent one) is refused with an error tool
+message saying why, instead of running.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _tool_name(tool: BaseTool | dict[str, Any]) -> str:
 def refusal(request: ToolCallRequest) -> ToolMessage:
     name = request.tool_call["name"]
     return ToolMessage(
-        content=f"Error: the tool {name!r} is not allowed in this conversation.",
+        content=context_of(request.runtime).refusal_reason(name),
         tool_call_id=request.tool_call["id"] or "",
         name=name,
         status="error",

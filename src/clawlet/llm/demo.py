@@ -5,6 +5,7 @@ It lets the whole product run with no API key and no network. It reads the last 
 - ``run: <command>`` → calls ``terminal``        - ``python: <code>`` → calls ``python_repl``
 - ``read <path>``   → calls ``read_file``        - ``fetch <url>``    → calls ``fetch_url``
 - ``search <query>`` → calls ``search_knowledge_base``, ``remember: <fact>`` → calls ``save_memory``
+- ``ask: <question>`` → calls ``ask_user`` (the run waits for the user's answer)
 - with RAG mode on and memory retrieved → answers with what it recalled
 - a weather question (``weather`` / ``天气``) → reads ``skills/get_weather/SKILL.md``
 - after a tool result → answers from that result; anything else → a labelled echo with hints.
@@ -87,6 +88,12 @@ _COMMANDS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
         "I'll remember that.",
     ),
     (
+        re.compile(r"^\s*(?:ask|问)\s*[:：]\s*(.+)$", re.I | re.S),
+        "ask_user",
+        "question",
+        "I need to ask you first.",
+    ),
+    (
         re.compile(r"^\s*(?:search|搜索)\s*[:：]?\s*(.+)$", re.I | re.S),
         "search_knowledge_base",
         "query",
@@ -148,6 +155,8 @@ def _answer_from_tool(result: ToolMessage) -> DemoReply:
     output = _text_of(result).strip()
     if result.status == "error":
         return DemoReply(f"[demo] The `{name}` tool reported an error:\n\n```\n{output}\n```")
+    if name == "ask_user":
+        return DemoReply(f"[demo] You answered: {output}")
     if "get_weather" in output or "wttr.in" in output:
         return DemoReply(
             "[demo] The get_weather skill says to fetch wttr.in for the city and report the "

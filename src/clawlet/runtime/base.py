@@ -7,8 +7,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from clawlet.engine.approvals import Decision, PausePoint, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.events import Event
+from clawlet.events import Event, Pending
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,17 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class UserMessage:
-    """One user turn: the text plus the history (oldest first) the runtime should continue from."""
+    """One user turn: the text plus the history (oldest first) the runtime should continue from.
+
+    ``pause`` is where a turn that may wait for the user keeps its state (given by the manager to
+    runtimes with ``supports_approvals``); ``resume`` continues the turn paused there instead of
+    starting one (``text`` and ``history`` are then unused)."""
 
     text: str
     history: list[dict[str, str]] = field(default_factory=list)
     context: RunContext = DEFAULT_CONTEXT
+    pause: PausePoint | None = None
+    resume: Resume | None = None
 
 
 class RuntimeError_(Exception):
@@ -33,7 +40,21 @@ class RuntimeError_(Exception):
 
 
 class RuntimeAdapter(ABC):
-    """Runs agent turns for one session and yields clawlet events."""
+    """Runs agent turns for one session and yields clawlet events.
+
+    A runtime with ``supports_approvals`` can pause a turn before a tool runs (it then yields
+    ``ApprovalRequested`` / ``QuestionAsked`` and ends with ``RunWaiting``) and continue it from a
+    :class:`UserMessage` with ``resume``; other runtimes get turns that never ask (``ask`` tools
+    are denied)."""
+
+    supports_approvals: bool = False
+
+    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
+        """Raise :class:`~clawlet.engine.approvals.InvalidDecision` if ``decision`` cannot answer
+        ``pending``; runtimes that can resume check the arguments of an edit too."""
+        from clawlet.engine.approvals import check_decision
+
+        return check_decision(pending, decision, None)
 
     @abstractmethod
     async def start(self, session_id: str, config: RunConfig) -> None: ...

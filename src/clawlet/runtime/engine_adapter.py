@@ -6,11 +6,14 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from clawlet.engine.agent import AgentEngine
-from clawlet.events import Event
+from clawlet.engine.approvals import Decision
+from clawlet.events import Event, Pending
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 
 
 class EngineAdapter(RuntimeAdapter):
+    supports_approvals = True
+
     def __init__(self, engine: AgentEngine) -> None:
         self.engine = engine
         self.session_id: str | None = None
@@ -24,10 +27,15 @@ class EngineAdapter(RuntimeAdapter):
         self.turns += 1
         self.running = True
         try:
-            async for event in self.engine.stream(data.text, data.history, data.context):
+            async for event in self.engine.stream(
+                data.text, data.history, data.context, pause=data.pause, resume=data.resume
+            ):
                 yield event
         finally:
             self.running = False
+
+    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
+        return self.engine.check_decision(pending, decision)
 
     async def cancel(self) -> None:
         # Cancellation is delivered by cancelling the task that iterates send_message(); the

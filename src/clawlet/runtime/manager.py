@@ -3,6 +3,17 @@
 A turn runs in its own task, independent of whoever is watching: a client that disconnects does
 not stop the run, and everything generated is saved. The user message is saved before the run
 starts; each assistant segment is saved as soon as it is complete.
+
+**Approvals.** A turn started with ``RunContext(approval_mode="ask")`` on a runtime that supports
+approvals may pause before a tool runs: its run then ends with ``RunWaiting`` (after
+``ApprovalRequested`` / ``QuestionAsked`` events), the session is not busy, and what it waits for
+is kept on disk (:class:`~clawlet.runtime.approvals.ApprovalStore`) so a restarted server lists it
+(:meth:`SessionManager.waiting_for`) and continues it. :meth:`SessionManager.resume` decides one
+pending item and continues the turn as a new :class:`Run` of the same session, streamed like any
+run (``ToolEnd`` of the decided call first, then the model's answer; it may end waiting again).
+While a session waits, :meth:`start_turn` raises :class:`SessionWaiting`; :meth:`cancel` drops
+what it waits for. The segment holding the paused tool calls is saved when the run pauses and
+completed in place (not duplicated) when it continues.
 """
 
 from __future__ import annotations
@@ -12,25 +23,33 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, suppress
+from dataclasses import replace
 from typing import Any
 
 from clawlet.config import Settings
+from clawlet.engine.approvals import Decision, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.titles import generate_title
 from clawlet.events import (
+    ApprovalRequested,
     Event,
     NewSegment,
+    Pending,
     RunCancelled,
     RunFailed,
     RunFinished,
     RunStarted,
+    RunWaiting,
     TextDelta,
     Title,
     ToolEnd,
     ToolStart,
+    render_tool_input,
 )
+from clawlet.runtime.approvals import ApprovalStore, PausedTurn
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
-from clawlet.sessions.store import ToolCallRecord, TranscriptStore
+from clawlet.sessions.store import SessionNotFound, StoredMessage, ToolCallRecord, TranscriptStore
+from clawlet.tools.ask_user import ASK_USER_TOOL
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +58,31 @@ AdapterFactory = Callable[[], RuntimeAdapter]
 
 class SessionBusy(Exception):
     """The session already has a turn running."""
+
+
+class SessionWaiting(SessionBusy):
+    """The session waits for the user's decisions (``pending``): decide them or cancel first."""
+
+    def __init__(self, session_id: str, pending: list[Pending]) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id
+        self.pending = pending
+
+
+class ApprovalNotFound(LookupError):
+    """The session waits for no approval (or question) with this id."""
+
+
+class ApprovalDecided(Exception):
+    """This approval (or question) was already decided."""
+
+    def __init__(self, approval_id: str, decision: str) -> None:
+        super().__init__(approval_id)
+        self.approval_id = approval_id
+        self.decision = decision
+
+
+CANCELLED_OUTPUT = "[not run: the user cancelled while it waited for approval]"
 
 
 class SegmentRecorder:
@@ -51,6 +95,64 @@ class SegmentRecorder:
         self.tool_calls: list[ToolCallRecord] = []
         self._by_call_id: dict[str, ToolCallRecord] = {}
         self.segments: list[str] = []
+        self._reopened: StoredMessage | None = None  # the stored segment this one continues
+        self._carried = 0  # characters of ``content`` that came from that segment
+
+    def reopen(
+        self, waiting: list[Pending], decided: Pending | None = None, decision: Decision | None = None
+    ) -> None:
+        """Continue the last stored segment, which holds the paused tool calls (``waiting``): their
+        results fill it in place when they arrive. If it is not there any more (edited, compressed),
+        the calls get a new segment. An edit shows the arguments the tool ran with."""
+        try:
+            messages = self.store.load(self.session_id)["messages"]
+        except SessionNotFound:
+            messages = []
+        last = messages[-1] if messages else None
+        matched: dict[str, ToolCallRecord] = {}
+        if last is not None and last["role"] == "assistant":
+            records: list[ToolCallRecord] = [
+                {"tool": r["tool"], "input": r["input"], "output": r["output"]}
+                for r in last.get("tool_calls", [])
+            ]
+            used: set[int] = set()
+            for item in waiting:
+                for index, record in enumerate(records):
+                    if index not in used and not record["output"] and _same_call(record, item):
+                        matched[item.call_id] = record
+                        used.add(index)
+                        break
+            if matched:
+                self._reopened = last
+                self.content = last["content"]
+                self._carried = len(self.content)
+                self.tool_calls = records
+                self._by_call_id = matched
+        if not matched:
+            for item in waiting:
+                record = _record_for(item)
+                self.tool_calls.append(record)
+                self._by_call_id[item.call_id] = record
+        if (
+            decided is not None
+            and decision is not None
+            and decision.type == "edit"
+            and decision.args is not None
+        ):
+            found = self._by_call_id.get(decided.call_id)
+            if found is not None:
+                found["input"] = render_tool_input(decision.args)
+
+    @property
+    def reopened(self) -> bool:
+        """Whether this recorder continues a stored segment (see :meth:`reopen`)."""
+        return self._reopened is not None
+
+    def mark(self, call_id: str, output: str) -> None:
+        """Set the output of a call this segment holds (e.g. a cancelled approval)."""
+        found = self._by_call_id.get(call_id)
+        if found is not None:
+            found["output"] = output
 
     def observe(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -71,15 +173,35 @@ class SegmentRecorder:
     def flush(self) -> None:
         if not self.content and not self.tool_calls:
             return
-        self.store.append(self.session_id, "assistant", self.content, self.tool_calls or None)
-        self.segments.append(self.content)
+        if self._reopened is not None:
+            message: StoredMessage = {"role": "assistant", "content": self.content}
+            if self.tool_calls:
+                message["tool_calls"] = self.tool_calls
+            self.store.replace_last(self.session_id, self._reopened, message)
+            self._reopened = None
+        else:
+            self.store.append(self.session_id, "assistant", self.content, self.tool_calls or None)
+        self.segments.append(self.content[self._carried :])
+        self._carried = 0
         self.content = ""
         self.tool_calls = []
         self._by_call_id = {}
 
     @property
     def full_text(self) -> str:
-        return "\n\n".join(part for part in [*self.segments, self.content] if part)
+        """The text this run produced (a continued segment's earlier text is not repeated)."""
+        return "\n\n".join(part for part in [*self.segments, self.content[self._carried :]] if part)
+
+
+def _record_for(item: Pending) -> ToolCallRecord:
+    if isinstance(item, ApprovalRequested):
+        return {"tool": item.tool, "input": item.input, "output": ""}
+    return {"tool": ASK_USER_TOOL, "input": item.question, "output": ""}
+
+
+def _same_call(record: ToolCallRecord, item: Pending) -> bool:
+    expected = _record_for(item)
+    return record["tool"] == expected["tool"] and record["input"] == expected["input"]
 
 
 class Run:
@@ -141,10 +263,19 @@ class SessionManager:
         self.adapter_factories = adapter_factories
         self.adapters: dict[str, RuntimeAdapter] = {}
         self.runs: dict[str, Run] = {}
+        self.approvals = ApprovalStore(store.directory)
 
     def is_running(self, session_id: str) -> bool:
         run = self.runs.get(session_id)
         return run is not None and not run.closed
+
+    def waiting_for(self, session_id: str) -> list[Pending]:
+        """What the session waits for (approvals and questions, oldest first); [] if nothing.
+        Read from disk, so it survives a restart."""
+        return self.approvals.waiting_for(session_id)
+
+    def is_waiting(self, session_id: str) -> bool:
+        return bool(self.waiting_for(session_id))
 
     async def _adapter(self, session_id: str, config: RunConfig) -> RuntimeAdapter:
         adapter = self.adapters.get(session_id)
@@ -168,13 +299,18 @@ class SessionManager:
         title: bool = True,
         context: RunContext = DEFAULT_CONTEXT,
     ) -> Run:
-        """Save the user message and start the turn in the background; raise SessionBusy if one runs.
+        """Save the user message and start the turn in the background; raise SessionBusy if one runs
+        (SessionWaiting if the session waits for decisions).
 
         ``prior`` (from clients that send the whole conversation, like OpenAI's) seeds the history of
         a session that has none stored yet; a stored history always wins. ``title=False`` skips the
-        title generated after a session's first exchange."""
+        title generated after a session's first exchange. ``context.approval_mode == "ask"`` lets
+        the turn pause for approvals (on a runtime that cannot, such tools are denied instead)."""
         if self.is_running(session_id):
             raise SessionBusy(session_id)
+        waiting = self.waiting_for(session_id)
+        if waiting:
+            raise SessionWaiting(session_id, waiting)
         config = config or RunConfig()
         adapter = await self._adapter(session_id, config)
         history = await asyncio.to_thread(self.store.load_for_agent, session_id)
@@ -190,23 +326,95 @@ class SessionManager:
         except BaseException:
             self.runs.pop(session_id, None)
             raise
+        pause = None
+        if context.approval_mode == "ask":
+            if adapter.supports_approvals:
+                pause = self.approvals.pause_point(session_id)
+            else:
+                context = replace(context, approval_mode="deny")
+        paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
         run.task = asyncio.create_task(
-            self._drive(run, adapter, UserMessage(text, history, context), is_first),
+            self._drive(
+                run,
+                adapter,
+                UserMessage(text, history, context, pause=pause),
+                SegmentRecorder(self.store, session_id),
+                paused,
+            ),
             name=f"turn-{session_id}",
         )
         return run
 
-    async def _drive(self, run: Run, adapter: RuntimeAdapter, message: UserMessage, is_first: bool) -> None:
-        recorder = SegmentRecorder(self.store, run.session_id)
+    async def resume(self, session_id: str, approval_id: str, decision: Decision) -> Run:
+        """Decide one pending approval or question and continue the paused turn in a new run.
+
+        Raises SessionBusy (a run is going on), ApprovalDecided, ApprovalNotFound, and
+        :class:`~clawlet.engine.approvals.InvalidDecision` (checked before anything is saved).
+        The decision is recorded before the tool runs; the other pending items (if any) stay
+        pending and the continuation ends with ``RunWaiting`` again."""
+        if self.is_running(session_id):
+            raise SessionBusy(session_id)
+        run = Run(session_id)
+        self.runs[session_id] = run  # reserved at once: a second decision meanwhile is refused
+        try:
+            record = await asyncio.to_thread(self.approvals.load, session_id)
+            for done in record.decided:
+                if done.get("approval_id") == approval_id:
+                    raise ApprovalDecided(approval_id, str(done.get("decision", "")))
+            waiting = record.waiting_for()
+            item = next((found for found in waiting if found.approval_id == approval_id), None)
+            paused = record.pending
+            if item is None or paused is None:
+                raise ApprovalNotFound(approval_id)
+            adapter = await self._adapter(session_id, RunConfig(runtime_type=paused.runtime_type))
+            if not adapter.supports_approvals:
+                raise RuntimeError_(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
+            decision = adapter.check_decision(item, decision)
+            recorder = SegmentRecorder(self.store, session_id)
+            await asyncio.to_thread(recorder.reopen, waiting, item, decision)
+            await asyncio.to_thread(self.approvals.mark_decided, session_id, approval_id, decision.type)
+        except BaseException:
+            if self.runs.get(session_id) is run:
+                del self.runs[session_id]
+            raise
+        message = UserMessage(
+            "",
+            [],
+            paused.context,
+            pause=self.approvals.pause_point(session_id),
+            resume=Resume(approval_id, decision),
+        )
+        run.task = asyncio.create_task(
+            self._drive(run, adapter, message, recorder, paused), name=f"turn-{session_id}"
+        )
+        return run
+
+    async def _drive(
+        self,
+        run: Run,
+        adapter: RuntimeAdapter,
+        message: UserMessage,
+        recorder: SegmentRecorder,
+        paused: PausedTurn,
+    ) -> None:
         await run.publish(RunStarted(run.session_id, run.run_id))
         outcome: Event
         try:
+            waiting: RunWaiting | None = None
             async with aclosing(adapter.send_message(message)) as events:
                 async for event in events:
+                    if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
+                        waiting = event
+                        break
                     recorder.observe(event)
                     await run.publish(event)
             recorder.flush()
-            outcome = RunFinished(recorder.full_text, run.session_id)
+            if waiting is not None and message.pause is not None:
+                paused.approvals = list(waiting.pending)
+                await asyncio.to_thread(self.approvals.save_paused, run.session_id, paused)
+                outcome = RunWaiting(run.session_id, recorder.full_text, list(waiting.pending))
+            else:
+                outcome = RunFinished(recorder.full_text, run.session_id)
         except asyncio.CancelledError:
             recorder.flush()
             outcome = RunCancelled(run.session_id, recorder.full_text)
@@ -215,9 +423,16 @@ class SessionManager:
             recorder.flush()
             outcome = RunFailed(f"{type(exc).__name__}: {exc}", run.session_id)
         try:
+            if message.pause is not None and not isinstance(outcome, RunWaiting):
+                # the turn is over: its paused state (if any) can never be continued
+                decision = {RunCancelled: "cancelled", RunFailed: "failed"}.get(type(outcome))
+                try:
+                    await asyncio.to_thread(self.approvals.clear, run.session_id, decision=decision)
+                except OSError:
+                    log.exception("could not clear the paused state of session %s", run.session_id)
             await run.publish(outcome)
-            if isinstance(outcome, RunFinished) and is_first:
-                title = await self._title_if_missing(run.session_id, message.text, outcome.content)
+            if isinstance(outcome, RunFinished) and paused.title_text is not None:
+                title = await self._title_if_missing(run.session_id, paused.title_text, outcome.content)
                 if title:
                     await run.publish(Title(run.session_id, title))
         finally:
@@ -235,9 +450,13 @@ class SessionManager:
         return title
 
     async def cancel(self, session_id: str) -> bool:
-        """Cancel the running turn; False if nothing was running."""
+        """Cancel the running turn, or drop what a waiting session waits for (its paused tool
+        calls never run); False if nothing was running or waiting."""
         run = self.runs.get(session_id)
         if run is None or run.closed or run.task is None:
+            if run is None and self.is_waiting(session_id):
+                await self._cancel_waiting(session_id)
+                return True
             return False
         adapter = self.adapters.get(session_id)
         if adapter is not None:
@@ -253,11 +472,26 @@ class SessionManager:
                 del self.runs[session_id]
         return True
 
+    async def _cancel_waiting(self, session_id: str) -> None:
+        left = await asyncio.to_thread(self.approvals.clear, session_id, decision="cancelled")
+
+        def mark_transcript() -> None:
+            recorder = SegmentRecorder(self.store, session_id)
+            recorder.reopen(left)
+            if not recorder.reopened:
+                return  # the paused calls are not in the transcript any more: nothing to mark
+            for item in left:
+                recorder.mark(item.call_id, CANCELLED_OUTPUT)
+            recorder.flush()
+
+        await asyncio.to_thread(mark_transcript)
+
     async def forget(self, session_id: str) -> None:
-        """Stop and drop the session's adapter (after the session is deleted)."""
+        """Stop and drop the session's adapter and paused state (after the session is deleted)."""
         await self.cancel(session_id)
         adapter = self.adapters.pop(session_id, None)
         self.runs.pop(session_id, None)
+        await asyncio.to_thread(self.approvals.delete, session_id)
         if adapter is not None:
             await adapter.stop()
 
@@ -265,7 +499,8 @@ class SessionManager:
         return {sid: adapter.get_snapshot() for sid, adapter in self.adapters.items()}
 
     async def shutdown(self) -> None:
-        """Cancel running turns (their partial output is saved) and stop every adapter."""
+        """Cancel running turns (their partial output is saved) and stop every adapter. Waiting
+        sessions keep waiting: a restarted server continues them."""
         for session_id in list(self.runs):
             await self.cancel(session_id)
         for adapter in self.adapters.values():

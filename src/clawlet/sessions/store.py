@@ -226,6 +226,22 @@ class TranscriptStore:
 
         self._update(session_id, True, change)
 
+    def replace_last(self, session_id: str, expected: StoredMessage, message: StoredMessage) -> bool:
+        """Replace the last message with ``message`` if it still is ``expected`` (a segment that is
+        being continued, e.g. after a tool approval); otherwise append ``message``. True if replaced."""
+        replaced = False
+
+        def change(data: SessionData) -> None:
+            nonlocal replaced
+            if data["messages"] and data["messages"][-1] == expected:
+                data["messages"][-1] = message
+                replaced = True
+            else:
+                data["messages"].append(message)
+
+        self._update(session_id, True, change)
+        return replaced
+
     def rename(self, session_id: str, title: str) -> SessionData:
         def change(data: SessionData) -> None:
             data["title"] = title

@@ -6,6 +6,7 @@ from langchain_core.tools import BaseTool
 
 from clawlet.config import Settings
 from clawlet.memory.stores import KnowledgeBase
+from clawlet.tools.ask_user import ASK_USER_TOOL, make_ask_user_tool
 from clawlet.tools.fetch_url import make_fetch_tool
 from clawlet.tools.knowledge import make_knowledge_tool
 from clawlet.tools.memory import make_memory_tool
@@ -14,7 +15,7 @@ from clawlet.tools.read_file import make_read_file_tool
 from clawlet.tools.terminal import make_terminal_tool
 
 CORE_TOOL_NAMES = ("terminal", "python_repl", "fetch_url", "read_file", "search_knowledge_base")
-TOOL_NAMES = (*CORE_TOOL_NAMES, "save_memory")
+TOOL_NAMES = (*CORE_TOOL_NAMES, "save_memory", ASK_USER_TOOL)
 
 
 def build_tools(settings: Settings, knowledge: KnowledgeBase) -> list[BaseTool]:
@@ -26,4 +27,5 @@ def build_tools(settings: Settings, knowledge: KnowledgeBase) -> list[BaseTool]:
         make_read_file_tool(home),
         make_knowledge_tool(knowledge),
         make_memory_tool(settings.paths.memory_file),
+        make_ask_user_tool(),
     ]

@@ -5,6 +5,11 @@ resumed from the ``X-Session-ID`` or ``X-OpenWebUI-Chat-Id`` header or a ``sessi
 and its id comes back in the ``X-Session-ID`` header (and the body when not streaming). Tools run
 inside the agent: their activity never appears as OpenAI ``tool_calls`` (a client would run them
 again); ``: keep-alive`` comments flow while they run.
+
+This endpoint cannot ask the user anything, so tools whose approval policy is ``ask`` are denied
+(not offered; a call is refused) unless the request says ``dangerously-skip-permissions=true``,
+which runs them without asking; ``ask_user`` is never offered. With thinking on, the thinking
+block says which tools this affected.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from clawlet.api.options import (
     from_mapping,
 )
 from clawlet.api.sse import KEEPALIVE
+from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import (
     NewSegment,
     RunCancelled,
     RunFailed,
     RunFinished,
+    RunWaiting,
     TextDelta,
     Thinking,
     ToolEnd,
@@ -135,11 +142,13 @@ class DeltaRenderer:
 
     With thinking on, tool activity goes inside ``<think>…</think>`` (Open WebUI renders it
     collapsible) or a fenced ``thinking`` block, opened with the session id as the seed does;
-    otherwise tool activity is invisible and segments are separated by a blank line."""
+    otherwise tool activity is invisible and segments are separated by a blank line. ``note`` (what
+    the permission mode did to tools that need approval) follows the session id."""
 
-    def __init__(self, thinking: str | None, session_id: str) -> None:
+    def __init__(self, thinking: str | None, session_id: str, note: str = "") -> None:
         self.thinking = thinking
         self.session_id = session_id
+        self.note = note
         self.in_block = False
         self.text = ""
 
@@ -162,7 +171,8 @@ class DeltaRenderer:
     def start(self) -> str:
         if not self.thinking:
             return ""
-        return self._emit(self._open() + f"session-id={self.session_id}\n")
+        note = f"{self.note}\n" if self.note else ""
+        return self._emit(self._open() + f"session-id={self.session_id}\n" + note)
 
     def render(self, event: object) -> str | None:
         """The text delta for ``event``; None when it shows nothing (a keep-alive moment)."""
@@ -210,7 +220,7 @@ async def stream_completion(
             yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n"
             yield "data: [DONE]\n\n"
             return
-        elif isinstance(event, RunFinished | RunCancelled):
+        elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
             closing = renderer.finish()
             if closing:
                 yield chunk(completion_id, created, model, {"content": closing}, None)
@@ -289,7 +299,9 @@ async def chat_completions(
         allowed_tools=frozenset(options.allowed_tools) if options.allowed_tools is not None else None,
         disallowed_tools=frozenset(options.disallowed_tools or ()),
         extra_system_prompt=system_prompt,
+        approval_mode="allow" if options.skip_permissions else "deny",
     )
+    note = permission_note(await services.engine.resolve_context(context))
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(
@@ -309,7 +321,7 @@ async def chat_completions(
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
     prompt = "\n".join(message_text(m) for m in messages)
-    renderer = DeltaRenderer(options.thinking, session_id)
+    renderer = DeltaRenderer(options.thinking, session_id, note)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
@@ -326,7 +338,7 @@ async def chat_completions(
             response = openai_error(event.error, 500, code="agent_run_failed", run_started=True)
             response.headers["X-Session-ID"] = session_id
             return response
-        elif isinstance(event, RunFinished | RunCancelled):
+        elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
             renderer.finish()
         else:
             renderer.render(event)

@@ -1,26 +1,46 @@
-"""``POST /api/chat``: one chat turn, streamed as the seed's SSE events (or answered as JSON)."""
+"""``POST /api/chat``: one chat turn, streamed as the seed's SSE events (or answered as JSON).
+
+Workbench turns may pause for the user (tools whose approval policy is ``ask``, the agent's
+``ask_user`` questions): the stream then sends ``approval_required`` / ``question`` events and ends
+with ``waiting``. ``GET /api/sessions/{id}/approvals`` lists what a session waits for (also after a
+restart) and ``POST /api/sessions/{id}/approvals/{approval_id}`` decides one item and streams the
+continuation exactly like ``/api/chat``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.sse import KEEPALIVE, sse_frame, workbench_event
 from clawlet.api.workbench.sessions import corrupt_error
-from clawlet.events import RunCancelled, RunFailed, RunFinished, Title
-from clawlet.runtime.manager import Run, SessionBusy
+from clawlet.engine.approvals import Decision, InvalidDecision, pending_to_json
+from clawlet.engine.context import RunContext
+from clawlet.events import RunCancelled, RunFailed, RunFinished, RunWaiting, Title
+from clawlet.runtime.base import RuntimeError_
+from clawlet.runtime.manager import (
+    ApprovalDecided,
+    ApprovalNotFound,
+    Run,
+    SessionBusy,
+    SessionWaiting,
+)
+from clawlet.services import Services
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
 
 router = APIRouter()
 
 MAX_MESSAGE_CHARS = 100_000
 KEEPALIVE_SECONDS = 15.0
+WORKBENCH_CONTEXT = RunContext(approval_mode="ask")
+"""The workbench can show approval cards and questions, so its turns ask."""
 
 
 class ChatRequest(BaseModel):
@@ -34,6 +54,30 @@ class ChatRequest(BaseModel):
         if not value.strip():
             raise ValueError("message must not be blank")
         return value
+
+
+class DecisionRequest(BaseModel):
+    """``approve``; ``edit`` with ``args`` (the tool's arguments to run with); ``reject`` with an
+    optional ``message`` for the model; ``answer`` (a question) with the answer as ``message``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "edit", "reject", "answer"]
+    args: dict[str, Any] | None = None
+    message: str | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
+    stream: bool = True
+
+    @model_validator(mode="after")
+    def _fits(self) -> DecisionRequest:
+        if self.decision == "edit" and self.args is None:
+            raise ValueError("an edit needs args (the tool's new arguments)")
+        if self.decision != "edit" and self.args is not None:
+            raise ValueError("args are only for an edit")
+        if self.decision == "answer" and not (self.message or "").strip():
+            raise ValueError("an answer needs a non-empty message")
+        if self.decision in ("approve", "edit") and self.message is not None:
+            raise ValueError("a message is only for a reject or an answer")
+        return self
 
 
 async def _sse(run: Run) -> AsyncIterator[str]:
@@ -52,11 +96,34 @@ async def _collect(run: Run) -> dict[str, Any]:
         if isinstance(event, RunFinished | RunCancelled):
             result["content"] = event.content
             result["cancelled"] = isinstance(event, RunCancelled)
+        elif isinstance(event, RunWaiting):
+            result["content"] = event.content
+            result["cancelled"] = False
+            result["waiting"] = True
+            result["pending"] = [pending_to_json(item) for item in event.pending]
         elif isinstance(event, RunFailed):
             raise ApiError(502, "run_failed", event.error)
         elif isinstance(event, Title):
             result["title"] = event.title
     return result
+
+
+def _respond(run: Run, session_id: str) -> StreamingResponse:
+    return StreamingResponse(
+        _sse(run),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Session-ID": session_id},
+    )
+
+
+def waiting_error(exc: SessionWaiting) -> ApiError:
+    return ApiError(
+        409,
+        "session_waiting",
+        f"session {exc.session_id!r} is waiting for a decision; decide it "
+        f"(POST /api/sessions/{exc.session_id}/approvals/<approval_id>) or cancel it first",
+        {"pending": [pending_to_json(item) for item in exc.pending]},
+    )
 
 
 @router.post("/chat", response_model=None)
@@ -66,19 +133,72 @@ async def chat(body: ChatRequest, services: ServicesDep) -> StreamingResponse | 
         session_id, _ = services.transcripts.create()
     try:
         validate_session_id(session_id)
-        run = await services.sessions.start_turn(session_id, body.message)
+        run = await services.sessions.start_turn(session_id, body.message, context=WORKBENCH_CONTEXT)
     except InvalidSessionId as exc:
         raise ApiError(422, "invalid_request", str(exc)) from exc
     except SessionCorrupt as exc:
         raise corrupt_error(session_id) from exc
+    except SessionWaiting as exc:
+        raise waiting_error(exc) from exc
     except SessionBusy as exc:
         raise ApiError(
             409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"
         ) from exc
     if not body.stream:
         return await _collect(run)
-    return StreamingResponse(
-        _sse(run),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Session-ID": session_id},
-    )
+    return _respond(run, session_id)
+
+
+def _known_session(services: Services, session_id: str) -> None:
+    try:
+        validate_session_id(session_id)
+    except InvalidSessionId as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from exc
+    if not services.transcripts.exists(session_id) and not services.sessions.is_waiting(session_id):
+        raise ApiError(404, "not_found", f"session {session_id!r} not found")
+
+
+@router.get("/sessions/{session_id}/approvals")
+async def list_approvals(session_id: str, services: ServicesDep) -> dict[str, Any]:
+    """What the session waits for: ``{session_id, waiting, running, pending: [...]}``."""
+    _known_session(services, session_id)
+    pending = await asyncio.to_thread(services.sessions.waiting_for, session_id)
+    return {
+        "session_id": session_id,
+        "waiting": bool(pending),
+        "running": services.sessions.is_running(session_id),
+        "pending": [pending_to_json(item) for item in pending],
+    }
+
+
+@router.post("/sessions/{session_id}/approvals/{approval_id}", response_model=None)
+async def decide_approval(
+    session_id: str, approval_id: str, body: DecisionRequest, services: ServicesDep
+) -> StreamingResponse | dict[str, Any]:
+    """Decide one pending approval or question; the continuation streams like ``/api/chat``."""
+    _known_session(services, session_id)
+    decision = Decision(body.decision, body.args, body.message)
+    try:
+        run = await services.sessions.resume(session_id, approval_id, decision)
+    except ApprovalDecided as exc:
+        raise ApiError(
+            409,
+            "approval_decided",
+            f"approval {approval_id!r} was already decided ({exc.decision})",
+            {"approval_id": approval_id, "decision": exc.decision},
+        ) from exc
+    except ApprovalNotFound as exc:
+        raise ApiError(
+            404, "approval_not_found", f"session {session_id!r} waits for no approval {approval_id!r}"
+        ) from exc
+    except InvalidDecision as exc:
+        raise ApiError(422, "invalid_decision", str(exc)) from exc
+    except SessionBusy as exc:
+        raise ApiError(
+            409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"
+        ) from exc
+    except RuntimeError_ as exc:
+        raise ApiError(409, "cannot_resume", str(exc)) from exc
+    if not body.stream:
+        return await _collect(run)
+    return _respond(run, session_id)

@@ -102,13 +102,15 @@ def session_messages(session_id: str, services: ServicesDep) -> dict[str, Any]:
 
 @router.get("/sessions/{session_id}/history")
 def session_history(session_id: str, services: ServicesDep) -> dict[str, Any]:
-    """The stored transcript: each assistant segment with its tool calls, no system prompt."""
+    """The stored transcript: each assistant segment with its tool calls, no system prompt;
+    ``waiting`` is true while the session waits for approvals or answers (``GET .../approvals``)."""
     data = load_or_404(services, session_id)
     return {
         **summary(session_id, data),
         "compressed_context": data["compressed_context"],
         "messages": data["messages"],
         "running": services.sessions.is_running(session_id),
+        "waiting": services.sessions.is_waiting(session_id),
     }
 
 
@@ -126,5 +128,6 @@ async def generate_session_title(session_id: str, services: ServicesDep) -> dict
 
 @router.post("/sessions/{session_id}/cancel")
 async def cancel_session_run(session_id: str, services: ServicesDep) -> dict[str, Any]:
+    """Cancel the running turn, or drop what a waiting session waits for (the paused tools never run)."""
     load_or_404(services, session_id)
     return {"session_id": session_id, "cancelled": await services.sessions.cancel(session_id)}
