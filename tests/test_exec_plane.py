@@ -1,11 +1,20 @@
 """The execution plane (clawlet.cluster.exec_plane, session_process, events) against a scripted
-control plane: real session processes, a real WebSocket on loopback, the offline demo model."""
+control plane: real session processes, a real WebSocket on loopback, the offline demo model.
+
+``openclaw`` sessions run the real Node.js bridge (``bridge/``, needs ``node`` >= 20 and ``npm ci``
+there, else those tests skip with the reason); the OpenClaw side is clawlet's own gateway server on
+loopback (the same Gateway protocol, the demo model), reached through
+``openclaw_config.gateway_url`` as ``tests/test_openclaw_bridge.py`` does. Without Node >= 24.16 and
+the ``openclaw`` CLI an ``openclaw`` session must fail with an ``execution_error`` naming what is
+missing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -18,7 +27,8 @@ import pytest
 from clawlet.cli import main as cli_main
 from clawlet.cluster.client import ControlPlaneClient
 from clawlet.cluster.events import EventSink, forward_event, to_exec_plane_event
-from clawlet.cluster.exec_plane import ExecPlane, session_settings
+from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, session_settings
+from clawlet.cluster.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
 from clawlet.cluster.session_process import (
     ProcessOptions,
     ProcessSessionAdapter,
@@ -44,10 +54,27 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.home import init_home
+from tests.conftest import LiveServer
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
 USER = "user-1"
 FAST = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=5.0, cancel_grace=1.0, stop_grace=5.0)
+BRIDGE_FAST = BridgeOptions(ready_timeout=60.0, cancel_grace=10.0, stop_grace=10.0)
+INIT_KEY = "sk-test-openai-key"
+"""The API key the scripted control plane's ``init`` carries."""
+GATEWAY_TOKEN = "exec-plane-gateway-token"
+
+BRIDGE_DIR = default_bridge_dir()
+BRIDGE_SKIP = (
+    None
+    if (BRIDGE_DIR / "node_modules" / "ws" / "package.json").is_file()
+    else f"the OpenClaw bridge's dependencies are not installed: run `npm ci` in {BRIDGE_DIR}"
+)
+NODE_SKIP = (
+    "node is not on PATH (the OpenClaw bridge needs Node.js >= 20)" if shutil.which("node") is None else None
+)
+needs_bridge = pytest.mark.skipif(BRIDGE_SKIP is not None, reason=BRIDGE_SKIP or "")
+needs_node = pytest.mark.skipif(NODE_SKIP is not None, reason=NODE_SKIP or "")
 FINAL_TYPES = ("execution_complete", "execution_error")
 
 MakePlane = Callable[..., Awaitable[ExecPlane]]
@@ -112,6 +139,7 @@ async def make_plane(plane: ScriptedControlPlane, tmp_path: Path) -> AsyncIterat
         *,
         delay: float = 0.0,
         options: ProcessOptions = FAST,
+        openclaw_options: BridgeOptions = BRIDGE_FAST,
         snapshot_interval: float = 3600.0,
     ) -> ExecPlane:
         state = tmp_path / "state"
@@ -129,6 +157,7 @@ async def make_plane(plane: ScriptedControlPlane, tmp_path: Path) -> AsyncIterat
             state,
             Settings(provider="demo"),
             process_options=options,
+            openclaw_options=openclaw_options,
             snapshot_interval=snapshot_interval,
             demo_token_delay=delay,
         )
@@ -350,18 +379,15 @@ async def test_a_killed_session_process_fails_only_its_own_turn(
     assert exec_plane.session_pids()["victim"] not in (pids["victim"], pids["bystander"])
 
 
-async def test_unknown_and_unavailable_runtime_types_are_refused_without_a_process(
+async def test_an_unknown_runtime_type_is_refused_without_a_process(
     plane: ScriptedControlPlane, make_plane: MakePlane
 ) -> None:
     exec_plane = await make_plane()
     await plane.start_session("odd", runtime_type="quantum")
-    await plane.start_session("claw", runtime_type="openclaw")
     (odd,) = await wait_finals(plane, "odd")
-    (claw,) = await wait_finals(plane, "claw")
     assert odd["type"] == "execution_error"
-    assert "unknown runtime_type 'quantum'" in odd["error"] and "engine" in odd["error"]
-    assert claw["type"] == "execution_error"
-    assert "OpenClaw bridge" in claw["error"] and "no fallback" in claw["error"]
+    assert "unknown runtime_type 'quantum'" in odd["error"], odd
+    assert "supported: engine, openclaw" in odd["error"] and "no fallback" in odd["error"]
     assert exec_plane.session_pids() == {}
     assert not (exec_plane.sessions_dir / "odd").exists()
 
@@ -633,6 +659,239 @@ async def test_load_skill_requests_fill_the_shared_cache_inside_the_home(
     (final,) = await wait_finals(plane, "s1")
     complete = next(data for data in events_of(plane, "s1") if data["type"] == "tool_call_complete")
     assert "Use pdftk." in complete["result"] and final["type"] == "execution_complete"
+
+
+# -- openclaw sessions ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def make_gateway(tmp_path: Path, live_server: Callable[..., LiveServer]) -> Callable[..., LiveServer]:
+    """clawlet's own gateway server on loopback, the fake OpenClaw the bridge connects to."""
+
+    def make(delay: float = 0.02) -> LiveServer:
+        settings = Settings(home=tmp_path / "fake-openclaw", gateway_token=GATEWAY_TOKEN)
+        init_home(settings.paths)
+        return live_server(settings, demo_token_delay=delay)
+
+    return make
+
+
+def fake_openclaw_config(server: LiveServer) -> dict[str, Any]:
+    return {"gateway_url": f"ws://127.0.0.1:{server.port}/gateway", "gateway_token": GATEWAY_TOKEN}
+
+
+def fake_node(path: Path, version: str) -> str:
+    path.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
+    path.chmod(0o755)
+    return str(path)
+
+
+def text_chunks(plane: ScriptedControlPlane, session_id: str) -> str:
+    return "".join(data["content"] for data in events_of(plane, session_id) if data["type"] == "text_chunk")
+
+
+def records_of(plane: ScriptedControlPlane, session_id: str, method: str) -> list[dict[str, Any]]:
+    return [
+        record["params"]
+        for record in plane.fire_and_forget
+        if record["session_id"] == session_id and record["method"] == method
+    ]
+
+
+def test_the_bridge_gets_inits_keys_over_the_machines_own() -> None:
+    settings = Settings(provider="demo", openai_api_key="sk-local", anthropic_api_key="sk-ant-local")
+    assert bridge_api_keys(settings, {"openai": "sk-init", "OpenRouter": "sk-or", "empty": ""}) == {
+        "openai": "sk-init",
+        "anthropic": "sk-ant-local",
+        "openrouter": "sk-or",
+    }
+
+
+@needs_bridge
+@needs_node
+async def test_an_openclaw_session_runs_through_the_bridge_and_streams_the_seeds_events(
+    plane: ScriptedControlPlane,
+    make_gateway: Callable[..., LiveServer],  # before make_plane: the fake OpenClaw outlives the sessions
+    make_plane: MakePlane,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    gateway = make_gateway()
+    fetched: list[dict[str, Any]] = []
+
+    def package(params: dict[str, Any]) -> dict[str, Any]:
+        fetched.append(params)
+        skill_md = "---\nname: pdf\ndescription: PDF tools\n---\nUse pdftk."
+        return {"package": {"files": [{"path": "SKILL.md", "content": skill_md}]}}
+
+    plane.methods["get_skill_package"] = package
+    exec_plane = await make_plane()
+    await plane.start_session(
+        "oc1",
+        runtime_type="openclaw",
+        agent_config={"model": "gpt-4o-mini", "system_prompt": "Be brief."},
+        skill_index=[{"id": "pdf", "name": "pdf", "description": "PDF tools"}],
+        # the machine's own programs and directories cannot be chosen by the control plane
+        openclaw_config={
+            **fake_openclaw_config(gateway),
+            "node": "/nonexistent/node",
+            "openclaw_bin": "/nonexistent/openclaw.mjs",
+            "state_dir": "/nonexistent/state",
+        },
+    )
+    # the user message comes right behind start_session: it waits for the bridge's ready
+    await plane.user_message("oc1", {"content": "hello openclaw"})
+    (final,) = await wait_finals(plane, "oc1", timeout=60)
+    events = events_of(plane, "oc1")
+    assert final == events[-1]
+    assert final["type"] == "execution_complete", final
+    assert "cancelled" not in final
+    chunks = [data["content"] for data in events if data["type"] == "text_chunk"]
+    assert len(chunks) >= 2 and "".join(chunks) == final["content"]
+    assert "hello openclaw" in final["content"] and "demo" in final["content"]
+
+    adapter = exec_plane.adapter("oc1")
+    assert isinstance(adapter, OpenClawBridgeAdapter)
+    pid = exec_plane.session_pids()["oc1"]
+    assert pid == adapter.pid and pid != os.getpid() and alive(pid)
+    assert adapter.ready_info["session_key"] == "agent:main:oc1"
+    assert adapter.spec.api_keys == {"openai": INIT_KEY}  # init's key, in memory, for the bridge
+    environ = Path(f"/proc/{pid}/environ")
+    if environ.is_file():
+        assert INIT_KEY.encode() not in environ.read_bytes()
+    # the turn ran on the fake OpenClaw, under the bridge's session key
+    stored = json.loads((gateway.settings.paths.sessions / "oc1.json").read_text(encoding="utf-8"))
+    assert [(m["role"], m["content"]) for m in stored["messages"]] == [
+        ("user", "hello openclaw"),
+        ("assistant", final["content"]),
+    ]
+    # the skill came from the control plane into the shared cache, and from there to OpenClaw
+    assert [params["skill_id"] for params in fetched] == ["pdf"]
+    state = exec_plane.sessions_dir / "oc1" / "openclaw-memory"
+    assert (exec_plane.skills_dir / "pdf" / "SKILL.md").is_file()
+    assert (state / "skills" / "pdf" / "SKILL.md").read_text(encoding="utf-8").endswith("Use pdftk.")
+    assert adapter.ready_info["skills"] == {"loaded": ["pdf"], "unavailable": []}
+    assert (state / "bridge.log").is_file() and not Path("/nonexistent").exists()
+    assert "ignoring openclaw_config node, openclaw_bin, state_dir" in caplog.text
+    audit = records_of(plane, "oc1", "audit_log")
+    assert audit and audit[0]["event"] == "skill_loaded" and audit[0]["details"]["skill_id"] == "pdf"
+    # the bridge's other requests reach the control plane for this session (OpenClaw has nothing
+    # that sends them yet: asked here the way the bridge would)
+    plane.methods["memory_search"] = lambda params: [{"text": f"hit for {params['query']}"}]
+    plane.methods["mcp_call"] = lambda params: {"content": f"{params['server']}/{params['tool']}"}
+    assert adapter.spec.on_request is not None
+    assert await adapter.spec.on_request("memory_search", {"query": "q", "top_k": 2}) == [
+        {"text": "hit for q"}
+    ]
+    assert await adapter.spec.on_request("mcp_call", {"server": "s", "tool": "t", "arguments": {}}) == {
+        "content": "s/t"
+    }
+    with pytest.raises(LookupError):  # only skills of the session's index
+        await adapter.spec.on_request("get_skill_package", {"skill_id": "other"})
+    assert {frame["session_id"] for frame in plane.frames("request")} == {"oc1"}
+
+    # a tool call arrives as tool_call_start / tool_call_complete, on the same bridge
+    await plane.user_message("oc1", {"content": "run: echo hi"})
+    finals = await wait_finals(plane, "oc1", 2, timeout=60)
+    assert finals[1]["type"] == "execution_complete", finals
+    second = events_of(plane, "oc1")[len(events) :]
+    start = next(data for data in second if data["type"] == "tool_call_start")
+    complete = next(data for data in second if data["type"] == "tool_call_complete")
+    assert (start["tool_name"], start["call_id"]) == ("terminal", complete["call_id"])
+    assert "echo hi" in start["tool_input"] and "hi" in complete["result"] and not complete["is_error"]
+    assert exec_plane.session_pids()["oc1"] == pid and adapter.starts == 1
+    await plane.wait_for(
+        lambda: any(r["event"] == "tool_call" for r in records_of(plane, "oc1", "audit_log")), 30
+    )
+
+    await plane.stop_session("oc1")
+    (snapshot,) = await plane.wait_for(lambda: snapshots_of(plane, "oc1", "stop"), 60)
+    assert snapshot["runtime_type"] == "openclaw" and snapshot["turns"] == 2
+    assert snapshot["session_key"] == "agent:main:oc1"
+    await until(lambda: not alive(pid), 30)
+    assert exec_plane.session_pids() == {}
+    # init's API key is on no disk and in no log line
+    for path in exec_plane.state_dir.rglob("*"):
+        if path.is_file():
+            assert INIT_KEY.encode() not in path.read_bytes(), path
+    assert INIT_KEY not in caplog.text
+
+
+@needs_bridge
+@needs_node
+async def test_an_openclaw_turn_is_cancelled_and_a_killed_bridge_fails_only_its_turn(
+    plane: ScriptedControlPlane, make_gateway: Callable[..., LiveServer], make_plane: MakePlane
+) -> None:
+    gateway = make_gateway(delay=0.05)
+    exec_plane = await make_plane(delay=0.03)
+    await plane.start_session("oc", runtime_type="openclaw", openclaw_config=fake_openclaw_config(gateway))
+    await plane.start_session("bystander")  # an engine session next to it
+    long_message = "a long answer please " * 10
+
+    await plane.user_message("oc", {"content": long_message})
+    await plane.wait_for(lambda: len(events_of(plane, "oc")) >= 2, 60)
+    await plane.cancel("oc")
+    (cancelled,) = await wait_finals(plane, "oc", timeout=30)
+    assert cancelled["type"] == "execution_complete" and cancelled["cancelled"] is True, cancelled
+    assert cancelled["content"] and cancelled["content"] == text_chunks(plane, "oc")
+    assert len(cancelled["content"]) < len(long_message)  # it was cut short
+    first_pid = exec_plane.session_pids()["oc"]  # the bridge survives a cancel
+
+    before = len(events_of(plane, "oc"))
+    await plane.user_message("oc", {"content": long_message})
+    await plane.user_message("bystander", {"content": "me too"})
+    await plane.wait_for(lambda: len(events_of(plane, "oc")) >= before + 2, 60)
+    os.kill(first_pid, signal.SIGKILL)
+    finals = await wait_finals(plane, "oc", 2, timeout=30)
+    assert finals[1]["type"] == "execution_error", finals
+    assert "the OpenClaw bridge was killed by signal SIGKILL" in finals[1]["error"]
+    (bystander,) = await wait_finals(plane, "bystander", timeout=60)
+    assert bystander["type"] == "execution_complete" and "me too" in bystander["content"]
+
+    # the next message starts a new bridge for the session; OpenClaw continues the conversation
+    await plane.user_message("oc", {"content": "are you back?"})
+    finals = await wait_finals(plane, "oc", 3, timeout=60)
+    assert finals[2]["type"] == "execution_complete" and "are you back?" in finals[2]["content"], finals
+    adapter = exec_plane.adapter("oc")
+    assert isinstance(adapter, OpenClawBridgeAdapter) and adapter.starts == 2
+    assert exec_plane.session_pids()["oc"] not in (first_pid, exec_plane.session_pids()["bystander"])
+    stored = json.loads((gateway.settings.paths.sessions / "oc.json").read_text(encoding="utf-8"))
+    assert [m["content"] for m in stored["messages"] if m["role"] == "user"][-1] == "are you back?"
+
+
+@needs_bridge
+async def test_an_openclaw_session_without_node_24_or_openclaw_fails_naming_what_is_missing(
+    plane: ScriptedControlPlane, make_plane: MakePlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exec_plane = await make_plane()
+    # the configuration a user gives the daemon: Node 20 as OpenClaw's Node
+    monkeypatch.setenv("CLAWLET_OPENCLAW_NODE", fake_node(tmp_path / "node20", "v20.11.1"))
+    monkeypatch.setenv("CLAWLET_OPENCLAW_BIN", str(tmp_path / "no-openclaw"))
+    await plane.start_session("old-node", runtime_type="openclaw", agent_config={"model": "gpt-4o-mini"})
+    (error,) = await wait_finals(plane, "old-node", timeout=30)
+    assert error["type"] == "execution_error", error
+    assert "OpenClaw is not available on this machine" in error["error"]
+    assert "is Node v20.11.1; OpenClaw needs >=24.16.0" in error["error"]
+    # a Node that would do, but no openclaw CLI where the configuration says
+    monkeypatch.setenv("CLAWLET_OPENCLAW_NODE", fake_node(tmp_path / "node24", "v24.21.0"))
+    await plane.start_session("no-cli", runtime_type="openclaw", agent_config={"model": "gpt-4o-mini"})
+    (missing,) = await wait_finals(plane, "no-cli", timeout=30)
+    assert missing["type"] == "execution_error", missing
+    assert "the openclaw CLI is missing" in missing["error"] and "no-openclaw" in missing["error"]
+    for message in (error["error"], missing["error"]):
+        assert "install Node >= 24.16 and openclaw" in message
+        assert "CLAWLET_OPENCLAW_BIN=" in message and "CLAWLET_OPENCLAW_NODE=" in message
+        assert "no fallback" in message
+    # nothing was started or created, and later messages get the same error
+    assert exec_plane.session_pids() == {}
+    assert (
+        not (exec_plane.sessions_dir / "old-node").exists()
+        and not (exec_plane.sessions_dir / "no-cli").exists()
+    )
+    await plane.user_message("no-cli", {"content": "hello?"})
+    finals = await wait_finals(plane, "no-cli", 2, timeout=30)
+    assert finals[1] == missing
+    assert exec_plane.session_pids() == {} and exec_plane.adapter("no-cli") is None
 
 
 # -- the command ----------------------------------------------------------------------------------

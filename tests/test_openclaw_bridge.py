@@ -223,11 +223,15 @@ async def test_an_unavailable_openclaw_fails_the_session_clearly(tmp_path: Path)
             bridge_dir=fake_bridge(tmp_path / "bridge"),
         ),
     )
+    with pytest.raises(OpenClawUnavailable) as checked:  # what the exec plane asks before starting
+        adapter.preflight()
     with pytest.raises(OpenClawUnavailable) as caught:
         await adapter.start("s-unavailable", RunConfig(runtime_type="openclaw"))
     message = str(caught.value)
+    assert str(checked.value) == message
     assert "OpenClaw is not available on this machine" in message
     assert "Node v20.11.1" in message and "no fallback" in message
+    assert "install Node >= 24.16 and openclaw" in message and "CLAWLET_OPENCLAW_BIN=" in message
     assert adapter.pid is None and adapter.starts == 0
     with pytest.raises(OpenClawUnavailable):  # a turn says the same, it never runs elsewhere
         await run_turn(adapter, "hello")

@@ -5,9 +5,12 @@
 
 * ``start_session`` picks the runtime from ``runtime_type`` through a factory table: ``engine``
   (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
-  (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`). ``openclaw`` and any other type
-  are refused with an ``execution_error`` and nothing is started (no fallback to another runtime);
-  later messages to a refused session get the same error. The session is registered with the client
+  (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`); ``openclaw`` runs the session on
+  OpenClaw through the Node.js bridge (:class:`~clawlet.cluster.openclaw_bridge.OpenClawBridgeAdapter`,
+  below). Any other type is refused with an ``execution_error`` and nothing is started (no fallback
+  to another runtime); so is an ``openclaw`` session on a machine without Node >= 24.16 and the
+  ``openclaw`` CLI (the error names what is missing and how to fix it). Later messages to a refused
+  session get the same error. The session is registered with the client
   the moment its ``start_session`` frame is read (from the client's ``on_frame`` observer: the client
   runs handlers as tasks of their own, so a ``user_message`` right behind ``start_session`` would
   otherwise reach an unknown session and be dropped); that message waits for the process to start.
@@ -31,6 +34,35 @@
 A session that fails (its process crashes, hangs, or cannot start) reports ``execution_error`` for the
 turn it was running and nothing else is affected; its next message starts a new process.
 
+**The ``openclaw`` runtime** runs the bridge adapter directly in this process, not inside a session
+process like the engine. The engine gets a process of its own so that a crash or hang of the agent's
+Python code cannot take the daemon down; the bridge already is a process of its own (Node.js, in its
+own process group, which also holds a private ``openclaw gateway``), so that isolation is there: a
+crash or ``kill -9`` of the bridge ends only its session's turn with an ``execution_error`` naming the
+exit status, and the next message starts a new bridge; a bridge that does not end a cancelled turn
+within ``cancel_grace`` seconds is killed (there is no heartbeat: a bridge that hangs mid-turn holds
+that turn until it is cancelled or stopped). What runs here is only the adapter's socket reader; a
+Python session process around it would add an interpreter per session and a second hop for every
+event without isolating anything more.
+
+The bridge is configured by this machine: the bridge in ``bridge/`` of this source tree
+(``CLAWLET_OPENCLAW_BRIDGE``), OpenClaw's Node (``CLAWLET_OPENCLAW_NODE``, else ``node`` on
+``PATH``), the ``openclaw`` CLI (``CLAWLET_OPENCLAW_BIN``, else on ``PATH``), or the
+``openclaw_options`` given to :class:`ExecPlane`. Before anything is started or created,
+:meth:`~clawlet.cluster.openclaw_bridge.OpenClawBridgeAdapter.preflight` checks them (``node
+--version``, as :func:`~clawlet.cluster.openclaw_bridge.openclaw_available` does). From
+``start_session`` the bridge gets ``agent_config`` (``model``, ``provider``, ``base_url``,
+``system_prompt``), the skill index entries whose requirements this machine meets, and
+``openclaw_config`` except the keys that name this machine's programs and directories
+(``openclaw_bin``, ``node``, ``state_dir``, ``skills_cache_dir``; ignored with a warning).
+``openclaw_config.gateway_url`` + ``gateway_token`` make the bridge use an existing gateway instead
+of starting a private one (then only Node >= 20 is needed; the tests use clawlet's own ``/gateway``).
+The bridge's ``get_skill_package`` requests fill the shared skill cache (answered with the cached
+directory), its ``memory_search`` and ``mcp_call`` go to the control plane, its ``usage_report`` and
+``audit_log`` records go out as this session's ``fire_and_forget``. The snapshot sync sends the
+adapter's state (OpenClaw keeps the conversation itself, under
+``sessions/<session_id>/openclaw-memory/``).
+
 Layout of ``state_dir`` (the seed's ``~/.semibot``)::
 
     usage_queue.jsonl             fire-and-forget records waiting to be sent (the client's)
@@ -38,10 +70,16 @@ Layout of ``state_dir`` (the seed's ``~/.semibot``)::
                                   the user's computer): workspace/, skills/, memory/MEMORY.md, knowledge/
     home/.skills/<skill_id>/      skill packages fetched from the control plane (shared cache)
     sessions/<session_id>/        memory/ (conversation.md, context.json, scratchpad.md),
-                                  checkpoints/, transcript/, process.log
+                                  checkpoints/, transcript/, process.log (an engine session)
+    sessions/<session_id>/openclaw-memory/
+                                  an openclaw session: bridge.log, skills/ (or, with a private
+                                  gateway, state/openclaw.json and workspace/), OpenClaw's own state
 
 API keys come from the control plane's ``init`` (in memory; passed to session processes over their
-pipes only) and override the provider keys of ``settings``.
+pipes only) and override the provider keys of ``settings``. An ``openclaw`` session's bridge gets them
+inside its ``start`` message on its private Unix socket only (not in its environment, argv or a file);
+a private gateway gets the model's key through its environment only (``openclaw.json`` names it as
+``${CLAWLET_OPENCLAW_MODEL_KEY}``).
 """
 
 from __future__ import annotations
@@ -49,18 +87,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 import os
 import signal
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
 from clawlet.cluster.events import execution_error, forward_event
-from clawlet.cluster.protocol import FF_SNAPSHOT_SYNC
+from clawlet.cluster.openclaw_bridge import BridgeOptions, BridgeSpec, OpenClawBridgeAdapter
+from clawlet.cluster.protocol import (
+    FF_AUDIT_LOG,
+    FF_SNAPSHOT_SYNC,
+    FF_USAGE_REPORT,
+    METHOD_GET_SKILL_PACKAGE,
+    METHOD_MCP_CALL,
+    METHOD_MEMORY_SEARCH,
+)
 from clawlet.cluster.session_process import (
     ProcessOptions,
     ProcessSessionAdapter,
@@ -80,17 +127,21 @@ from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import TERMINAL_EVENTS, RunCancelled, RunFailed, RunFinished, TextDelta
 from clawlet.home import init_home
 from clawlet.llm.providers import describe_model
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
 from clawlet.sessions.store import InvalidSessionId, validate_session_id
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RUNTIME_TYPE: Final = "engine"
+OPENCLAW_RUNTIME_TYPE: Final = "openclaw"
 RUNTIME_ALIASES: Final[Mapping[str, str]] = {"semigraph": "engine"}
 """The seed's names for clawlet's runtimes."""
-NOT_AVAILABLE_RUNTIMES: Final[Mapping[str, str]] = {
-    "openclaw": "the OpenClaw bridge is not available on this exec plane yet",
-}
+OPENCLAW_STATE_DIR: Final = "openclaw-memory"
+"""OpenClaw's state inside a session's directory (the seed's ``openclaw-memory/``)."""
+MACHINE_OPENCLAW_KEYS: Final = frozenset({"openclaw_bin", "node", "state_dir", "skills_cache_dir"})
+"""``openclaw_config`` keys the control plane may not set: they name this machine's programs and
+directories, which the exec plane decides (the rest, e.g. ``gateway_url``, passes through)."""
+BRIDGE_NOTIFICATIONS: Final = frozenset({FF_USAGE_REPORT, FF_AUDIT_LOG})
 SNAPSHOT_SYNC_INTERVAL: Final = 60.0
 HOME_DIR: Final = "home"
 SESSIONS_DIR: Final = "sessions"
@@ -121,7 +172,9 @@ class SessionSpec:
     """``start_session``'s data as received."""
 
 
-AdapterFactory = Callable[[SessionSpec], RuntimeAdapter]
+AdapterFactory = Callable[[SessionSpec], RuntimeAdapter | Awaitable[RuntimeAdapter]]
+"""Builds (does not start) a session's adapter; raising ``RuntimeError_`` (e.g. a runtime that is
+not installed here) refuses the session with the error's message."""
 
 
 @dataclass(eq=False)
@@ -186,6 +239,21 @@ def session_settings(
     return base.model_copy(update=update)
 
 
+def bridge_api_keys(settings: Settings, init_keys: Mapping[str, str]) -> dict[str, str]:
+    """The API keys an ``openclaw`` session's bridge gets (inside its ``start`` message only):
+    ``init``'s keys under any provider name (OpenClaw's provider may be one clawlet does not know)
+    over the provider keys of ``settings``."""
+    keys: dict[str, str] = {}
+    for provider, field_name in API_KEY_FIELDS.items():
+        value = getattr(settings, field_name, None)
+        if isinstance(value, str) and value:
+            keys[provider] = value
+    for provider, value in init_keys.items():
+        if isinstance(provider, str) and isinstance(value, str) and value:
+            keys[provider.lower()] = value
+    return keys
+
+
 def session_prompt(agent_config: Mapping[str, Any], skills_block: str) -> str:
     """The per-session part of the system prompt: the agent's ``system_prompt`` and the skill index."""
     parts: list[str] = []
@@ -208,6 +276,7 @@ class ExecPlane:
         *,
         adapter_factories: Mapping[str, AdapterFactory] | None = None,
         process_options: ProcessOptions | None = None,
+        openclaw_options: BridgeOptions | None = None,
         snapshot_interval: float = SNAPSHOT_SYNC_INTERVAL,
         demo_token_delay: float = 0.0,
     ) -> None:
@@ -218,10 +287,15 @@ class ExecPlane:
         self.skills_dir = self.home / SKILL_CACHE_DIR
         self.settings = settings.model_copy(update={"home": self.home})
         self.process_options = process_options or ProcessOptions()
+        self.openclaw_options = openclaw_options or BridgeOptions()
         self.snapshot_interval = snapshot_interval
         self.demo_token_delay = demo_token_delay
         self.adapter_factories: dict[str, AdapterFactory] = dict(
-            adapter_factories or {DEFAULT_RUNTIME_TYPE: self.engine_process_adapter}
+            adapter_factories
+            or {
+                DEFAULT_RUNTIME_TYPE: self.engine_process_adapter,
+                OPENCLAW_RUNTIME_TYPE: self.openclaw_bridge_adapter,
+            }
         )
         self.snapshots_sent = 0
         self.snapshot_rounds_skipped = 0
@@ -270,11 +344,13 @@ class ExecPlane:
         return session.context if session is not None else None
 
     def session_pids(self) -> dict[str, int]:
-        """The process id of every session that has a running process."""
+        """The process id of every session that has a running process (an ``engine`` session's
+        process, an ``openclaw`` session's bridge)."""
         pids: dict[str, int] = {}
         for sid, session in self._sessions.items():
-            if isinstance(session.adapter, ProcessSessionAdapter) and session.adapter.pid is not None:
-                pids[sid] = session.adapter.pid
+            adapter = session.adapter
+            if isinstance(adapter, ProcessSessionAdapter | OpenClawBridgeAdapter) and adapter.pid is not None:
+                pids[sid] = adapter.pid
         return pids
 
     # -- the runtime factory -------------------------------------------------------------------
@@ -291,20 +367,50 @@ class ExecPlane:
         )
         return ProcessSessionAdapter(process_spec, self.process_options)
 
+    async def openclaw_bridge_adapter(self, spec: SessionSpec) -> RuntimeAdapter:
+        """The ``openclaw`` runtime: the Node.js bridge driving OpenClaw, run from this process.
+
+        Raises :class:`~clawlet.cluster.openclaw_bridge.OpenClawUnavailable` (naming what is missing)
+        when the bridge could not start here; nothing has been started or created then."""
+        data = spec.data
+        agent_config = data.get("agent_config") or {}
+        requested = data.get("openclaw_config") or {}
+        if not isinstance(requested, Mapping):
+            raise ValueError("openclaw_config must be an object")
+        openclaw_config = {key: value for key, value in requested.items() if key not in MACHINE_OPENCLAW_KEYS}
+        if len(openclaw_config) != len(requested):
+            ignored = ", ".join(sorted(set(requested) - set(openclaw_config)))
+            log.warning(
+                "session %s: ignoring openclaw_config %s (set on this machine)", spec.session_id, ignored
+            )
+        openclaw_config["skills_cache_dir"] = str(self.skills_dir)
+        skill_index = [
+            {"skill_id": entry.skill_id, "name": entry.name, "version": entry.version}
+            for entry in spec.skills
+        ]
+        adapter = OpenClawBridgeAdapter(
+            BridgeSpec(
+                agent_config=dict(agent_config),
+                skill_index=skill_index,
+                api_keys=bridge_api_keys(spec.settings, self.client.api_keys),
+                openclaw_config=openclaw_config,
+                state_dir=spec.session_dir / OPENCLAW_STATE_DIR,
+                on_request=spec.on_request,
+                on_notify=functools.partial(self._bridge_notification, spec.session_id),
+            ),
+            self.openclaw_options,
+        )
+        await asyncio.to_thread(adapter.preflight)
+        return adapter
+
     def _refusal(self, requested: str, runtime_type: str) -> str | None:
         if runtime_type in self.adapter_factories:
             return None
         supported = ", ".join(sorted(self.adapter_factories))
         aliases = ", ".join(f"{alias} = {name}" for alias, name in RUNTIME_ALIASES.items())
-        why = NOT_AVAILABLE_RUNTIMES.get(runtime_type)
-        if why is not None:
-            return (
-                f"runtime_type {requested!r} is not available: {why}. The session was not started "
-                f"(no fallback to another runtime); supported: {supported} ({aliases})."
-            )
         return (
             f"unknown runtime_type {requested!r}; supported: {supported} ({aliases}). "
-            "The session was not started."
+            "The session was not started (no fallback to another runtime)."
         )
 
     # -- control-plane handlers ----------------------------------------------------------------
@@ -385,12 +491,20 @@ class ExecPlane:
                 spec = self._session_spec(session, data)
             except Exception as exc:
                 refusal = f"session {session_id} was not started: {exc}"
+        adapter: RuntimeAdapter | None = None
         if refusal is None and spec is not None:
             try:
-                session.adapter = self.adapter_factories[runtime_type](spec)
+                made = self.adapter_factories[runtime_type](spec)
+                adapter = await made if inspect.isawaitable(made) else made
+            except RuntimeError_ as exc:  # e.g. the runtime is not installed here: say what is missing
+                refusal = f"session {session_id}: {exc}"
             except Exception as exc:
                 refusal = f"session {session_id} was not started: {type(exc).__name__}: {exc}"
                 log.exception("could not create the %s runtime for session %s", runtime_type, session_id)
+        if session.stopping:  # stopped while its runtime was being created: start nothing
+            session.prepared.set()
+            return
+        session.adapter = adapter
         if session.adapter is None:
             session.refusal = refusal or "the session was not started"
             session.prepared.set()
@@ -406,7 +520,10 @@ class ExecPlane:
         if not isinstance(agent_config, Mapping):
             raise ValueError("agent_config must be an object")
         settings = session_settings(self.settings, agent_config, self.client.api_keys)
-        session.model = describe_model(settings).name  # ProviderConfigError for an incomplete provider
+        if session.runtime_type == DEFAULT_RUNTIME_TYPE:
+            session.model = describe_model(settings).name  # ProviderConfigError for an incomplete provider
+        else:  # the runtime picks its model itself (OpenClaw: from agent_config)
+            session.model = str(agent_config.get("model") or session.runtime_type)
         index = parse_skill_index(data.get("skill_index"))
         usable = tuple(entry for entry in index.entries if check_requirements(entry)[0])
         block = available_skills_block(usable, self.skills_dir, read_tool=LOAD_SKILL_TOOL)
@@ -546,22 +663,51 @@ class ExecPlane:
         session.prepared.set()
 
     async def _runtime_request(self, session: _Session, method: str, params: dict[str, Any]) -> Any:
-        """A runtime's request that needs the control plane: ``load_skill {skill_id, version}``
-        (the package is fetched into the shared cache on a miss)."""
-        if method != LOAD_SKILL_TOOL:
-            raise LookupError(f"unknown request {method!r}")
-        skill_id = str(params.get("skill_id") or "")
-        version = str(params.get("version") or "latest")
-        if skill_id not in session.skill_ids:
-            raise LookupError(f"skill {skill_id!r} is not in this session's skill index")
+        """A runtime's request that needs the control plane.
 
-        async def fetch(wanted: str, wanted_version: str) -> Mapping[str, Any]:
-            package = await self.client.get_skill_package(session.session_id, wanted, wanted_version)
-            return cast(Mapping[str, Any], package)
+        * ``load_skill {skill_id, version}`` (the engine's session process) → ``{path, skill_md}``;
+        * ``get_skill_package {skill_id, version}`` (the OpenClaw bridge) → ``{path}``;
 
-        cache = SkillPackageCache(self.skills_dir, fetch)
-        path = await cache.load(skill_id, version)
-        return {"path": str(path), "skill_md": await asyncio.to_thread(cache.read_skill_md, skill_id)}
+        both fetch the package into the shared cache on a miss, for skills of the session's index
+        only. ``memory_search {query, top_k}`` and ``mcp_call {server, tool, arguments}`` (the
+        bridge) go to the control plane as the engine's would."""
+        sid = session.session_id
+        if method in (LOAD_SKILL_TOOL, METHOD_GET_SKILL_PACKAGE):
+            skill_id = str(params.get("skill_id") or "")
+            version = str(params.get("version") or "latest")
+            if skill_id not in session.skill_ids:
+                raise LookupError(f"skill {skill_id!r} is not in this session's skill index")
+
+            async def fetch(wanted: str, wanted_version: str) -> Mapping[str, Any]:
+                package = await self.client.get_skill_package(sid, wanted, wanted_version)
+                return cast(Mapping[str, Any], package)
+
+            cache = SkillPackageCache(self.skills_dir, fetch)
+            path = await cache.load(skill_id, version)
+            if method == METHOD_GET_SKILL_PACKAGE:
+                return {"path": str(path)}
+            return {"path": str(path), "skill_md": await asyncio.to_thread(cache.read_skill_md, skill_id)}
+        if method == METHOD_MEMORY_SEARCH:
+            top_k = params.get("top_k")
+            top_k = top_k if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else 5
+            return await self.client.memory_search(sid, str(params.get("query") or ""), top_k)
+        if method == METHOD_MCP_CALL:
+            arguments = params.get("arguments")
+            return await self.client.mcp_call(
+                sid,
+                str(params.get("server") or ""),
+                str(params.get("tool") or ""),
+                dict(arguments) if isinstance(arguments, Mapping) else {},
+            )
+        raise LookupError(f"unknown request {method!r}")
+
+    async def _bridge_notification(self, session_id: str, method: str, params: dict[str, Any]) -> None:
+        """The OpenClaw bridge's ``fire_and_forget`` (``usage_report``, ``audit_log``) → the control
+        plane, for this session."""
+        if method not in BRIDGE_NOTIFICATIONS:
+            log.info("session %s: dropping the bridge's unknown fire_and_forget %r", session_id, method)
+            return
+        await self.client.fire_and_forget(session_id, method, **params)
 
     async def _error(self, session_id: str, message: str) -> None:
         await self.client.send_sse_event(session_id, execution_error(message))

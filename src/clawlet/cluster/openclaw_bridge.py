@@ -41,8 +41,17 @@ the next message starts a new bridge (the OpenClaw state directory persists when
 given). A cancelled turn the bridge has not ended ``cancel_grace`` seconds later ends with
 ``RunCancelled`` and the bridge is killed. ``stop`` sends ``stop`` (the bridge cancels the turn and
 stops its gateway), then SIGTERM/SIGKILL the bridge's process group after ``stop_grace``.
-There is no fallback: without Node ≥ 24.16 and OpenClaw, :func:`openclaw_available` says why and
-``start`` raises :class:`OpenClawUnavailable` with that reason.
+There is no fallback: without Node ≥ 24.16 and OpenClaw, :func:`openclaw_available` says why, and
+:meth:`~OpenClawBridgeAdapter.preflight` (which starts nothing) and ``start`` raise
+:class:`OpenClawUnavailable` with that reason and how to fix it (:data:`INSTALL_HINT`).
+
+**In the exec plane** (``clawlet exec-plane``, ``runtime_type: "openclaw"``) one adapter serves one
+session; :class:`~clawlet.cluster.exec_plane.ExecPlane` calls ``preflight`` before it starts anything
+(a failure refuses the session with that message as its ``execution_error``) and runs the adapter in
+its own process, not in a session process: the bridge already is a process of its own (see the exec
+plane's docstring). It gives the bridge ``init``'s API keys, the session's ``agent_config``, skill
+index and ``openclaw_config`` (without keys that name this machine's programs and directories),
+``state_dir`` = ``sessions/<id>/openclaw-memory`` and the shared skill cache as ``skills_cache_dir``.
 """
 
 from __future__ import annotations
@@ -96,6 +105,11 @@ MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 PASSED_ENV: Final = ("LANG", "LC_ALL", "TZ", "TMPDIR")
 """The only variables of clawlet's environment the bridge gets."""
 SYSTEM_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+INSTALL_HINT: Final = (
+    "install Node >= 24.16 and openclaw (see docs/openclaw-interop.md), or set"
+    f" {ENV_NODE}=/path/to/node-24 and {ENV_BIN}=/path/to/openclaw.mjs"
+)
+"""How to make the ``openclaw`` runtime available (part of :class:`OpenClawUnavailable`'s message)."""
 
 RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 """Answers a bridge ``request`` (``method``, ``params``) → its ``result``; raising answers ``error``."""
@@ -507,15 +521,14 @@ class OpenClawBridgeAdapter(RuntimeAdapter):
         ``skill_index``, ``api_keys`` and ``openclaw_config`` (they replace the spec's)."""
         self.session_id = session_id
         self.runtime_type = config.runtime_type or "openclaw"
-        spec = self.spec
-        options = config.options
-        self._config = {
-            "agent_config": dict(options.get("agent_config") or spec.agent_config),
-            "skill_index": [dict(item) for item in (options.get("skill_index") or spec.skill_index)],
-            "api_keys": dict(options.get("api_keys") or spec.api_keys),
-            "openclaw_config": dict(options.get("openclaw_config") or spec.openclaw_config),
-        }
+        self._config = self._start_config(config.options)
         await self._ensure_bridge()
+
+    def preflight(self) -> None:
+        """Raise :class:`OpenClawUnavailable` (what is missing and how to fix it) when the bridge
+        could not start here with this adapter's configuration. Blocking (it may run
+        ``node --version``); starts nothing and creates nothing."""
+        self._plan(self._config or self._start_config({}))
 
     async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
         """Run one turn on OpenClaw. ``data.history`` is not sent: OpenClaw keeps the session's
@@ -614,11 +627,21 @@ class OpenClawBridgeAdapter(RuntimeAdapter):
                 await bridge.close(remove_directory=True)
             return await self._launch()
 
-    def _plan(self) -> tuple[Path, Path, dict[str, Any]]:
+    def _start_config(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``start`` message's fields: ``options`` (``RunConfig.options``) over the spec's."""
+        spec = self.spec
+        return {
+            "agent_config": dict(options.get("agent_config") or spec.agent_config),
+            "skill_index": [dict(item) for item in (options.get("skill_index") or spec.skill_index)],
+            "api_keys": dict(options.get("api_keys") or spec.api_keys),
+            "openclaw_config": dict(options.get("openclaw_config") or spec.openclaw_config),
+        }
+
+    def _plan(self, config: Mapping[str, Any] | None = None) -> tuple[Path, Path, dict[str, Any]]:
         """The Node binary, the bridge directory and the ``openclaw_config`` to send; raises
         :class:`OpenClawUnavailable` with the reason when something is missing."""
         options = self.options
-        openclaw_config = dict(self._config.get("openclaw_config") or {})
+        openclaw_config = dict((self._config if config is None else config).get("openclaw_config") or {})
         bridge_dir = (options.bridge_dir or default_bridge_dir()).resolve()
         if openclaw_config.get("gateway_url"):
             problem = bridge_problem(bridge_dir)
@@ -634,9 +657,10 @@ class OpenClawBridgeAdapter(RuntimeAdapter):
             node=options.openclaw_node, openclaw_bin=options.openclaw_bin, bridge_dir=bridge_dir
         )
         if not probe.available or probe.node is None or probe.openclaw_entry is None:
+            hint = f" To run it, {INSTALL_HINT}." if bridge_problem(bridge_dir) is None else ""
             raise OpenClawUnavailable(
-                f"OpenClaw is not available on this machine: {probe.reason}. The session was not started"
-                " (there is no fallback to another runtime)."
+                f"OpenClaw is not available on this machine: {probe.reason}.{hint} The session was not"
+                " started (there is no fallback to another runtime)."
             )
         openclaw_config.setdefault("openclaw_bin", str(probe.openclaw_entry))
         openclaw_config.setdefault("node", str(probe.node))
