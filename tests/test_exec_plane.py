@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from clawlet.cli import main as cli_main
-from clawlet.cluster.client import ControlPlaneClient
+from clawlet.cluster.client import ControlPlaneClient, ControlPlaneUnavailable
 from clawlet.cluster.events import EventSink, forward_event, to_exec_plane_event
 from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, session_settings
 from clawlet.cluster.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
@@ -36,6 +36,8 @@ from clawlet.cluster.session_process import (
     decode_event,
     describe_exit,
     encode_event,
+    make_long_term_memory_tool,
+    make_remote_mcp_tool,
 )
 from clawlet.config import Settings
 from clawlet.events import (
@@ -54,6 +56,7 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.home import init_home
+from clawlet.tools.base import ToolError
 from tests.conftest import LiveServer
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
@@ -292,6 +295,55 @@ async def test_a_turn_streams_text_chunks_then_execution_complete_and_is_kept_in
     finals = await wait_finals(plane, "s1", 2)
     assert finals[1]["type"] == "execution_complete" and "second message" in finals[1]["content"]
     assert exec_plane.session_pids()["s1"] == pid
+
+
+async def test_long_term_memory_and_remote_mcp_go_to_the_control_plane(
+    plane: ScriptedControlPlane, make_plane: MakePlane
+) -> None:
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    def memory_search(params: dict[str, Any]) -> list[dict[str, Any]]:
+        asked.append(("memory_search", params))
+        return [{"text": "用户最喜欢乌龙茶", "score": 0.9}]
+
+    def mcp_call(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(("mcp_call", params))
+        return {"content": [{"type": "text", "text": "42"}]}
+
+    plane.methods["memory_search"] = memory_search
+    plane.methods["mcp_call"] = mcp_call
+    await make_plane()
+    await plane.start_session("s1", mcp_servers=[{"name": "tools"}])
+    await plane.user_message("s1", {"content": 'call: long_term_memory {"query": "茶"}'})
+    (final,) = await wait_finals(plane, "s1")
+    assert "用户最喜欢乌龙茶" in final["content"]
+    call = 'call: remote_mcp {"server": "tools", "tool": "add", "arguments": {"a": 2, "b": 40}}'
+    await plane.user_message("s1", {"content": call})
+    finals = await wait_finals(plane, "s1", 2)
+    assert "42" in finals[1]["content"]
+    assert asked == [
+        ("memory_search", {"query": "茶", "top_k": 5}),
+        ("mcp_call", {"server": "tools", "tool": "add", "arguments": {"a": 2, "b": 40}}),
+    ]
+
+
+async def test_cluster_tools_degrade_to_answers_the_agent_can_plan_around() -> None:
+    """Degraded mode (seed 001 §8): with the control plane unreachable the client answers
+    ``memory_search`` with nothing and fails ``mcp_call`` (tests/test_cluster_client.py); the tools
+    turn that into an empty search result and an error tool message."""
+
+    async def offline(method: str, params: dict[str, Any]) -> Any:
+        if method == "memory_search":
+            return []
+        raise ControlPlaneUnavailable("control plane unreachable; remote MCP is unavailable offline")
+
+    memory = make_long_term_memory_tool(offline)
+    assert "No long-term memories matched" in await memory.ainvoke({"query": "茶"})
+    mcp = make_remote_mcp_tool(["tools"], offline)
+    with pytest.raises(ToolError, match="remote MCP call failed: control plane unreachable"):
+        await mcp.ainvoke({"server": "tools", "tool": "add", "arguments": {}})
+    with pytest.raises(ToolError, match="unknown MCP server 'other'"):
+        await mcp.ainvoke({"server": "other", "tool": "add"})
 
 
 async def test_a_tool_call_streams_tool_call_start_and_complete(

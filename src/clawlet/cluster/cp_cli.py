@@ -9,6 +9,9 @@
                                                        ``CONTROL_PLANE_WS`` for ``clawlet exec-plane``
                                                        (the ticket is valid for 30 s, once)
 ``clawlet control-plane users``                        the users and whether their machine is online
+``clawlet control-plane add-memory ID TEXT``            an entry of the user's long-term memory
+``clawlet control-plane set-mcp ID FILE``               the user's remote MCP servers (JSON
+                                                       ``{name: {command, args}}``)
 =====================================================  ==============================================
 
 Everything lives in the data directory (``--data-dir``, default ``<clawlet home>/control-plane``):
@@ -117,6 +120,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     creds.add_argument("--vm-id", default=None)
     creds.add_argument("--export", action="store_true", help="as `export NAME=value` lines for a shell")
     actions.add_parser("users", help="list the users")
+    memory = actions.add_parser("add-memory", help="add an entry to a user's long-term memory")
+    memory.add_argument("user_id")
+    memory.add_argument("text")
+    mcp = actions.add_parser(
+        "set-mcp", help="set a user's remote MCP servers from a JSON file {name: {command, args}}"
+    )
+    mcp.add_argument("user_id")
+    mcp.add_argument("file")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -161,6 +172,18 @@ def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
         credentials = plane.issue_vm_credentials(args.user_id, args.vm_id)
         for name, value in credentials.env().items():
             print(f"export {name}={value}" if args.export else f"{name}={value}")
+        return 0
+    if args.action == "add-memory":
+        plane.add_memory(args.user_id, args.text)
+        return 0
+    if args.action == "set-mcp":
+        try:
+            servers = json.loads(Path(args.file).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {args.file}: {exc}") from None
+        if not isinstance(servers, dict):
+            raise ValueError(f"{args.file} must hold a JSON object {{name: {{command, args}}}}")
+        plane.set_mcp_servers(args.user_id, servers.get("mcpServers", servers))
         return 0
     for user in plane.store.list_users():
         vms = plane.store.list_vms(user.id)

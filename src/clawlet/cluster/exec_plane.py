@@ -172,6 +172,16 @@ class SessionSpec:
     """``start_session``'s data as received."""
 
 
+def mcp_server_names(value: Any) -> tuple[str, ...]:
+    """The names in ``start_session``'s ``mcp_servers``: a list of names or of ``{name, …}``."""
+    names: list[str] = []
+    for item in value if isinstance(value, list) else []:
+        name = item.get("name") if isinstance(item, Mapping) else item
+        if isinstance(name, str) and name.strip():
+            names.append(name.strip())
+    return tuple(dict.fromkeys(names))
+
+
 AdapterFactory = Callable[[SessionSpec], RuntimeAdapter | Awaitable[RuntimeAdapter]]
 """Builds (does not start) a session's adapter; raising ``RuntimeError_`` (e.g. a runtime that is
 not installed here) refuses the session with the error's message."""
@@ -364,6 +374,7 @@ class ExecPlane:
             skills=skills,
             on_request=spec.on_request,
             demo_token_delay=self.demo_token_delay,
+            mcp_servers=mcp_server_names(spec.data.get("mcp_servers")),
         )
         return ProcessSessionAdapter(process_spec, self.process_options)
 

@@ -22,8 +22,9 @@ prints can corrupt the protocol.
     parent → child  cancel    {turn}                           cancel the running turn
     parent → child  stop      {}                               cancel, then exit 0 (after ``stopped``)
     child → parent  heartbeat {}                               every ``heartbeat_interval`` seconds
-    child → parent  request   {id, method, params}             e.g. ``load_skill`` (the parent
-    parent → child  response  {id, result} | {id, error}       holds the control-plane connection)
+    child → parent  request   {id, method, params}             ``load_skill``, ``memory_search``,
+    parent → child  response  {id, result} | {id, error}       ``mcp_call`` (the parent holds the
+                                                               control-plane connection)
 
 The API keys reach the child only inside ``init`` on the pipe: never in its environment, argv or a
 file. EOF on the child's stdin means the parent is gone: the child cancels its turn and exits, so a
@@ -222,6 +223,8 @@ class SessionProcessSpec:
     skills: tuple[SkillRef, ...] = ()
     on_request: RequestHandler | None = None
     demo_token_delay: float = 0.0
+    mcp_servers: tuple[str, ...] = ()
+    """The user's remote MCP servers (by name): the session gets a ``remote_mcp`` tool for them."""
 
 
 @dataclass(frozen=True)
@@ -505,6 +508,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
             "session_dir": str(spec.session_dir),
             "settings": spec.settings.model_dump(mode="json"),
             "skills": [dataclasses.asdict(skill) for skill in spec.skills],
+            "mcp_servers": list(spec.mcp_servers),
             "demo_token_delay": spec.demo_token_delay,
             "heartbeat_interval": options.heartbeat_interval,
         }
@@ -719,6 +723,76 @@ def make_load_skill_tool(skills: Sequence[SkillRef], request: RequestHandler) ->
     )
 
 
+class MemorySearchInput(BaseModel):
+    query: str = Field(description="What to look for in the user's long-term memory.")
+    top_k: int = Field(default=5, ge=1, le=20, description="How many memories to return at most.")
+
+
+def make_long_term_memory_tool(request: RequestHandler) -> BaseTool:
+    """``long_term_memory``: search the user's long-term memory, kept by the control plane
+    (``memory_search``; empty while the control plane is unreachable — degraded mode)."""
+
+    async def long_term_memory(query: str, top_k: int = 5) -> str:
+        try:
+            found = await request("memory_search", {"query": query, "top_k": top_k})
+        except Exception as exc:
+            raise ToolError(f"long-term memory is unavailable: {exc}") from exc
+        items = found if isinstance(found, list) else []
+        if not items:
+            return (
+                "No long-term memories matched. (While the control plane is unreachable, long-term "
+                "memory returns nothing; session memory and local files still work.)"
+            )
+        lines = []
+        for item in items:
+            text = item.get("text") or item.get("content") if isinstance(item, Mapping) else item
+            lines.append(f"- {text}")
+        return "\n".join(lines)
+
+    return StructuredTool.from_function(
+        coroutine=long_term_memory,
+        name="long_term_memory",
+        description=(
+            "Search the user's long-term memory (facts and preferences kept across sessions and "
+            "machines). Returns the best-matching entries, or none."
+        ),
+        args_schema=MemorySearchInput,
+    )
+
+
+class RemoteMcpInput(BaseModel):
+    server: str = Field(description="The MCP server's name.")
+    tool: str = Field(description="The tool to call on that server.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments.")
+
+
+def make_remote_mcp_tool(servers: Sequence[str], request: RequestHandler) -> BaseTool:
+    """``remote_mcp``: call a tool of one of the user's MCP servers, run by the control plane
+    (``mcp_call``). Failures — the control plane unreachable included — come back as tool errors
+    the agent can plan around."""
+    known = sorted(set(servers))
+
+    async def remote_mcp(server: str, tool: str, arguments: dict[str, Any] | None = None) -> str:
+        if server not in known:
+            raise ToolError(f"unknown MCP server {server!r}; the user's servers are: {', '.join(known)}")
+        try:
+            result = await request("mcp_call", {"server": server, "tool": tool, "arguments": arguments or {}})
+        except Exception as exc:
+            raise ToolError(f"remote MCP call failed: {exc}") from exc
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+    return StructuredTool.from_function(
+        coroutine=remote_mcp,
+        name="remote_mcp",
+        description=(
+            "Call a tool on one of the user's remote MCP servers ("
+            + ", ".join(known)
+            + "). Unavailable while the control plane is unreachable: plan around an error."
+        ),
+        args_schema=RemoteMcpInput,
+    )
+
+
 @contextlib.contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``lock_path`` (POSIX; elsewhere nothing is locked)."""
@@ -811,7 +885,12 @@ class SessionChild:
         self.memory = SessionMemory(session_dir)
         self.checkpointer = LocalCheckpointer(session_dir / CHECKPOINTS_DIR)
         embedder = build_embedder(settings)
-        extra_tools = [make_load_skill_tool(skills, self.request)] if skills else []
+        extra_tools = [make_long_term_memory_tool(self.request)]
+        if skills:
+            extra_tools.append(make_load_skill_tool(skills, self.request))
+        mcp_servers = [str(name) for name in init.get("mcp_servers") or [] if isinstance(name, str)]
+        if mcp_servers:
+            extra_tools.append(make_remote_mcp_tool(mcp_servers, self.request))
         with _exclusive(settings.paths.storage / INDEX_LOCK):
             memory_index = MemoryIndex(settings.paths, embedder)
             knowledge = KnowledgeBase(settings.paths, embedder)

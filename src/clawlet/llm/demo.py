@@ -6,6 +6,8 @@ It lets the whole product run with no API key and no network. It reads the last 
 - ``read <path>``   → calls ``read_file``        - ``fetch <url>``    → calls ``fetch_url``
 - ``search <query>`` → calls ``search_knowledge_base``, ``remember: <fact>`` → calls ``save_memory``
 - ``ask: <question>`` → calls ``ask_user`` (the run waits for the user's answer)
+- ``call: <tool> <JSON object>`` → calls any offered tool with those arguments (e.g. cluster mode's
+  ``long_term_memory`` or ``remote_mcp``)
 - with RAG mode on and memory retrieved → answers with what it recalled
 - a weather question (``weather`` / ``天气``) → reads ``skills/get_weather/SKILL.md``
 - after a tool result → answers from that result; anything else → a labelled echo with hints.
@@ -63,7 +65,7 @@ def split_tokens(text: str) -> list[str]:
 class DemoReply:
     text: str
     tool_name: str | None = None
-    tool_args: dict[str, str] | None = None
+    tool_args: dict[str, Any] | None = None
 
 
 _COMMANDS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
@@ -101,6 +103,7 @@ _COMMANDS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     ),
 )
 _WEATHER = re.compile(r"weather|天气|气温", re.I)
+_GENERIC_CALL = re.compile(r"^\s*call\s*[:：]\s*([A-Za-z_][\w-]*)\s*(\{.*\})?\s*$", re.I | re.S)
 
 
 def _text_of(message: BaseMessage) -> str:
@@ -130,6 +133,9 @@ def plan_reply(messages: Sequence[BaseMessage], tool_names: set[str]) -> DemoRep
     if isinstance(last, ToolMessage):
         return _answer_from_tool(last)
     text = _text_of(last).strip()
+    generic = _GENERIC_CALL.match(text)
+    if generic:
+        return _generic_call(generic.group(1), generic.group(2) or "{}", tool_names)
     for pattern, tool, arg_name, intro in _COMMANDS:
         match = pattern.match(text)
         if match:
@@ -148,6 +154,18 @@ def _call(tool: str, args: dict[str, str], intro: str, tool_names: set[str]) -> 
     if tool not in tool_names:
         return DemoReply(f"[demo] The `{tool}` tool is not available in this run.")
     return DemoReply(intro.format(arg=next(iter(args.values()))), tool, args)
+
+
+def _generic_call(tool: str, raw_args: str, tool_names: set[str]) -> DemoReply:
+    if tool not in tool_names:
+        return DemoReply(f"[demo] The `{tool}` tool is not available in this run.")
+    try:
+        args = json.loads(raw_args)
+    except ValueError as exc:
+        return DemoReply(f"[demo] Those arguments are not JSON: {exc}")
+    if not isinstance(args, dict):
+        return DemoReply("[demo] The arguments must be a JSON object.")
+    return DemoReply(f"Calling `{tool}`.", tool, args)
 
 
 def _answer_from_tool(result: ToolMessage) -> DemoReply:
