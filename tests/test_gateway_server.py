@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -36,8 +37,30 @@ from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load
 
 READ = "operator.read"
 WRITE = "operator.write"
+APPROVALS = "operator.approvals"
+QUESTIONS = "operator.questions"
 TIMEOUT = 10.0
 LONG_MESSAGE = " ".join(f"word{i}" for i in range(80))  # the demo echoes it: a long, slow reply
+
+
+#: Definitions of ``@openclaw/gateway-protocol`` for the approval surface, checked on every frame.
+APPROVAL_PARAMS = {
+    "approval.resolve": "ApprovalResolveParams",
+    "approval.get": "ApprovalGetParams",
+    "exec.approval.resolve": "ExecApprovalResolveParams",
+    "plugin.approval.resolve": "PluginApprovalResolveParams",
+    "question.resolve": "QuestionResolveParams",
+}
+APPROVAL_RESULTS = {
+    "approval.resolve": "ApprovalResolveResult",
+    "approval.get": "ApprovalGetResult",
+    "question.resolve": "QuestionResolveResult",
+}
+APPROVAL_EVENT_PAYLOADS = {
+    "session.approval": "SessionApprovalEvent",
+    "question.requested": "QuestionRecord",
+    "question.resolved": "QuestionResolvedEvent",
+}
 
 
 @pytest.fixture(scope="session")
@@ -86,6 +109,17 @@ class Client:
 
     def check(self, frame: dict[str, Any], method: str | None = None) -> None:
         self.validated += self.schema.assert_frames_valid([(frame, method)], protocol=self.protocol)
+        # approval frames too (the shared checker knows the chat surface only)
+        name = None
+        if frame.get("type") == "req":
+            name, instance = APPROVAL_PARAMS.get(str(frame.get("method"))), frame.get("params", {})
+        elif frame.get("type") == "res" and frame.get("ok"):
+            name, instance = APPROVAL_RESULTS.get(method or ""), frame.get("payload")
+        elif frame.get("type") == "event":
+            name, instance = APPROVAL_EVENT_PAYLOADS.get(str(frame.get("event"))), frame.get("payload")
+        if name:
+            problems = self.schema.errors(name, instance)
+            assert not problems, f"{name} violated: {problems}\n    in {json.dumps(frame)[:600]}"
 
     async def send(self, frame: dict[str, Any]) -> None:
         self.check(frame)
@@ -547,6 +581,355 @@ async def test_client_disconnect_mid_run(
             await asyncio.sleep(0.02)
     async with gateway(server, schema) as later:
         assert (await later.ok("chat.history", {"sessionKey": "agent:main:gone"}))["messages"]
+
+
+# -- approvals -----------------------------------------------------------------------------------
+
+APPROVER: dict[str, Any] = {"scopes": (READ, WRITE, APPROVALS), "caps": ("approvals", "tool-events")}
+APPEND = "run: echo once >> side.txt && wc -l < side.txt"
+NOBODY = "Nobody who can answer approval requests is connected"
+
+
+def set_policies(server: LiveServer, policies: dict[str, str]) -> None:
+    response = httpx.put(f"{server.url}/api/config/tool-approvals", json={"policies": policies}, timeout=30)
+    assert response.status_code == 200, response.text
+
+
+def named(name: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda frame: frame["event"] == name
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+async def drained(client: Client) -> list[str]:
+    """The names of every event the client has received so far (a round trip flushes them)."""
+    await client.ok("health", {})
+    return [frame["event"] for frame in client.events]
+
+
+async def test_approve_runs_the_tool_once_and_the_reply_arrives(
+    server: LiveServer, settings: Settings, schema: ProtocolSchema
+) -> None:
+    set_policies(server, {"terminal": "ask"})
+    side = settings.paths.root / "side.txt"
+    async with raw_client(server, schema) as approver, gateway(server, schema) as plain:
+        hello = await approver.ok("connect", connect_params(**APPROVER))
+        assert hello["auth"]["scopes"] == [READ, WRITE, APPROVALS]
+        assert {"approval.resolve", "exec.approval.resolve", "question.resolve"} <= set(
+            hello["features"]["methods"]
+        )
+        assert {"session.approval", "exec.approval.requested"} <= set(hello["features"]["events"])
+
+        await approver.ok(
+            "chat.send", {"sessionKey": "agent:main:ap1", "message": APPEND, "idempotencyKey": "ap1"}
+        )
+        pending = (await approver.event(named("session.approval")))["payload"]
+        approval = pending["approval"]
+        assert pending["phase"] == "pending" and pending["sessionKey"] == "agent:main:ap1"
+        assert approval["status"] == "pending" and approval["expiresAtMs"] > approval["createdAtMs"]
+        assert approval["presentation"] == {
+            "kind": "exec",
+            "commandText": APPEND[5:],
+            "host": "gateway",
+            "agentId": "main",
+            "allowedDecisions": ["allow-once", "deny"],
+        }
+        classic = (await approver.event(named("exec.approval.requested")))["payload"]
+        assert classic["id"] == approval["id"] and classic["expiresAtMs"] == approval["expiresAtMs"]
+        assert classic["request"] == {
+            "command": APPEND[5:],
+            "host": "gateway",
+            "agentId": "main",
+            "sessionKey": "agent:main:ap1",
+        }
+        assert not side.exists(), "the tool ran before it was approved"
+        assert (await approver.ok("approval.get", {"id": approval["id"]}))["approval"] == approval
+
+        resolved = await approver.ok(
+            "approval.resolve", {"id": approval["id"], "kind": "exec", "decision": "allow-once"}
+        )
+        assert resolved["applied"] is True
+        assert {k: resolved["approval"][k] for k in ("status", "decision", "reason")} == {
+            "status": "allowed",
+            "decision": "allow-once",
+            "reason": "user",
+        }
+        events = await approver.run_events("ap1")
+        final = events[-1]
+        assert final["state"] == "final" and [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        reply = text_of(final)
+        assert reply.startswith(f"Running `{APPEND[5:]}` in the terminal.\n\n[demo] `terminal` returned:")
+        assert "".join(e["deltaText"] for e in events[:-1]) == reply
+        assert lines_of(side) == ["once"]
+
+        terminal = (await approver.event(named("session.approval")))["payload"]
+        assert terminal["phase"] == "terminal" and terminal["approval"] == resolved["approval"]
+        done = (await approver.event(named("exec.approval.resolved")))["payload"]
+        assert done["id"] == approval["id"] and done["decision"] == "allow-once"
+        start, result = approver.tool_events("ap1")
+        assert start["data"]["phase"] == "start" and result["data"]["phase"] == "result"
+        assert start["data"]["toolCallId"] == result["data"]["toolCallId"]
+        assert result["data"]["result"]["content"][0]["text"].strip() == "1"
+
+        # the first answer wins; the tool never runs twice
+        again = await approver.ok(
+            "approval.resolve", {"id": approval["id"], "kind": "exec", "decision": "deny"}
+        )
+        assert again == {"applied": False, "approval": resolved["approval"]}
+        classic_again = await approver.request(
+            "exec.approval.resolve", {"id": approval["id"], "decision": "deny"}
+        )
+        assert classic_again["error"]["code"] == "APPROVAL_NOT_FOUND"
+        assert lines_of(side) == ["once"]
+
+        # a reader without the capability saw the same chat stream and no approval
+        assert (await plain.run_events("ap1"))[-1] == final
+        assert set(await drained(plain)) <= {"chat", "tick"}
+        assert transcript(settings, "ap1")[-1]["content"] == reply.split("\n\n", 1)[1]
+
+
+async def test_deny_and_the_tool_never_runs(
+    server: LiveServer, settings: Settings, schema: ProtocolSchema
+) -> None:
+    set_policies(server, {"terminal": "ask"})
+    target = settings.paths.root / "denied.txt"
+    # the exec-only capability of classic exec approval clients
+    async with gateway(server, schema, scopes=(READ, WRITE, APPROVALS), caps=("exec-approvals",)) as approver:
+        await approver.ok(
+            "chat.send",
+            {"sessionKey": "agent:main:dn1", "message": "run: echo no > denied.txt", "idempotencyKey": "dn1"},
+        )
+        requested = (await approver.event(named("exec.approval.requested")))["payload"]
+        bad = await approver.request("exec.approval.resolve", {"id": requested["id"], "decision": "maybe"})
+        assert bad["error"]["code"] == "INVALID_REQUEST"
+        unknown = await approver.request(
+            "approval.resolve", {"id": "no-such-id", "kind": "exec", "decision": "allow-once"}
+        )
+        assert unknown["error"]["code"] == "APPROVAL_NOT_FOUND"
+        wrong_kind = await approver.request(
+            "approval.resolve", {"id": requested["id"], "kind": "plugin", "decision": "allow-once"}
+        )
+        assert wrong_kind["error"]["code"] == "APPROVAL_NOT_FOUND"
+        assert await approver.ok("exec.approval.resolve", {"id": requested["id"], "decision": "deny"}) == {
+            "ok": True
+        }
+        final = (await approver.run_events("dn1"))[-1]
+        assert final["state"] == "final" and "reported an error" in text_of(final)
+        assert not target.exists()
+        denied = [f["payload"] for f in approver.events if f["event"] == "session.approval"][-1]
+        assert denied["phase"] == "terminal"
+        assert {k: denied["approval"][k] for k in ("status", "decision", "reason")} == {
+            "status": "denied",
+            "decision": "deny",
+            "reason": "user",
+        }
+        done = (await approver.event(named("exec.approval.resolved")))["payload"]
+        assert done["id"] == requested["id"] and done["decision"] == "deny"
+        late = await approver.request(
+            "exec.approval.resolve", {"id": requested["id"], "decision": "allow-once"}
+        )
+        assert late["error"]["code"] == "APPROVAL_NOT_FOUND"
+        assert not target.exists()
+        [call] = transcript(settings, "dn1")[1]["tool_calls"]
+        assert call["tool"] == "terminal" and call["output"]
+
+
+async def test_other_tools_ask_as_plugin_approvals(server: LiveServer, schema: ProtocolSchema) -> None:
+    set_policies(server, {"python_repl": "ask"})
+    async with gateway(server, schema, **APPROVER) as approver:
+        await approver.ok(
+            "chat.send", {"sessionKey": "agent:main:pl1", "message": "python: 6 * 7", "idempotencyKey": "pl1"}
+        )
+        approval = (await approver.event(named("session.approval")))["payload"]["approval"]
+        presentation = approval["presentation"]
+        assert presentation["kind"] == "plugin" and presentation["toolName"] == "python_repl"
+        assert presentation["title"] == "Run python_repl?" and "6 * 7" in presentation["detail"]
+        requested = (await approver.event(named("plugin.approval.requested")))["payload"]
+        assert requested["id"] == approval["id"] and requested["request"]["toolName"] == "python_repl"
+        assert await approver.ok(
+            "plugin.approval.resolve", {"id": approval["id"], "decision": "allow-once"}
+        ) == {"ok": True}
+        final = (await approver.run_events("pl1"))[-1]
+        assert final["state"] == "final" and "42" in text_of(final)
+        done = (await approver.event(named("plugin.approval.resolved")))["payload"]
+        assert done["id"] == approval["id"] and done["decision"] == "allow-once"
+
+
+async def test_clients_without_the_capability_have_ask_tools_refused(
+    server: LiveServer, settings: Settings, schema: ProtocolSchema
+) -> None:
+    set_policies(server, {"terminal": "ask"})
+    async with gateway(server, schema, **APPROVER) as approver:
+        for key, params in (
+            ("nc1", {"scopes": (READ, WRITE, APPROVALS)}),  # the scope without the capability
+            ("nc2", {"scopes": (READ, WRITE), "caps": ("approvals",)}),  # the capability without the scope
+            ("nc3", {}),
+        ):
+            async with gateway(server, schema, **params) as client:
+                await client.ok(
+                    "chat.send",
+                    {
+                        "sessionKey": f"agent:main:{key}",
+                        "message": f"run: echo x > {key}.txt",
+                        "idempotencyKey": key,
+                    },
+                )
+                final = (await client.run_events(key))[-1]
+                assert final["state"] == "final" and "not available" in text_of(final)  # not offered
+                assert not (settings.paths.root / f"{key}.txt").exists()
+                assert not [name for name in await drained(client) if "approval" in name]
+        # the approver, connected all along, was asked nothing about those turns
+        assert not [name for name in await drained(approver) if "approval" in name]
+
+
+async def test_a_paused_run_ends_when_nobody_can_answer(
+    live_server: Callable[..., LiveServer], settings: Settings, schema: ProtocolSchema
+) -> None:
+    server = live_server()
+    gateway_server = server.app.state.gateway
+    gateway_server.approval_orphan_grace = 0.0
+    gateway_server.approval_poll_interval = 0.05
+    set_policies(server, {"terminal": "ask", "python_repl": "ask"})
+    async with gateway(server, schema) as watcher:
+        # Nobody connected answers plugin approvals (python_repl): denied at once, and said so.
+        async with gateway(
+            server, schema, scopes=(READ, WRITE, APPROVALS), caps=("exec-approvals",)
+        ) as execs:
+            await execs.ok(
+                "chat.send",
+                {"sessionKey": "agent:main:nr1", "message": "python: 6 * 7", "idempotencyKey": "nr1"},
+            )
+            final = (await execs.run_events("nr1"))[-1]
+            assert final["state"] == "final" and NOBODY in text_of(final)
+            # nor does anyone hold operator.questions: the agent's question is declined for it
+            await execs.ok(
+                "chat.send",
+                {"sessionKey": "agent:main:nr1", "message": "ask: ready?", "idempotencyKey": "nq1"},
+            )
+            assert (await execs.run_events("nq1"))[-1]["state"] == "final"
+            assert not [name for name in await drained(execs) if "approval" in name or "question" in name]
+
+        # The only approver leaves while its approval waits: denied, and the watcher gets the end.
+        async with gateway(server, schema, **APPROVER) as approver:
+            await approver.ok(
+                "chat.send",
+                {
+                    "sessionKey": "agent:main:nr2",
+                    "message": "run: echo late > late.txt",
+                    "idempotencyKey": "nr2",
+                },
+            )
+            await approver.event(named("exec.approval.requested"))
+        final = (await watcher.run_events("nr2"))[-1]
+        assert final["state"] == "final" and NOBODY in text_of(final)
+        assert not (settings.paths.root / "late.txt").exists()
+
+    # Nobody answers in time: expired, denied.
+    gateway_server.approval_orphan_grace = 30.0
+    gateway_server.approval_timeout = 0.3
+    async with gateway(server, schema, **APPROVER) as approver:
+        await approver.ok(
+            "chat.send",
+            {"sessionKey": "agent:main:nr3", "message": "run: echo slow > slow.txt", "idempotencyKey": "nr3"},
+        )
+        approval_id = (await approver.event(named("exec.approval.requested")))["payload"]["id"]
+        final = (await approver.run_events("nr3"))[-1]
+        assert final["state"] == "final" and "in time" in text_of(final)
+        expired = [f["payload"] for f in approver.events if f["event"] == "session.approval"][-1]
+        assert expired["approval"]["status"] == "expired" and expired["approval"]["reason"] == "timeout"
+        late = await approver.ok(
+            "approval.resolve", {"id": approval_id, "kind": "exec", "decision": "allow-once"}
+        )
+        assert late["applied"] is False and late["approval"]["status"] == "expired"
+        assert not (settings.paths.root / "slow.txt").exists()
+
+
+async def test_abort_while_waiting_cancels_the_approval(
+    server: LiveServer, settings: Settings, schema: ProtocolSchema
+) -> None:
+    set_policies(server, {"terminal": "ask"})
+    async with gateway(server, schema, **APPROVER) as approver:
+        key = "agent:main:ab1"
+        await approver.ok(
+            "chat.send", {"sessionKey": key, "message": "run: echo x > never.txt", "idempotencyKey": "ab1"}
+        )
+        approval_id = (await approver.event(named("exec.approval.requested")))["payload"]["id"]
+        busy = await approver.request(
+            "chat.send", {"sessionKey": key, "message": "again", "idempotencyKey": "ab2"}
+        )
+        assert busy["error"]["code"] == "UNAVAILABLE" and busy["error"]["details"] == {
+            "pending": [approval_id]
+        }
+        assert await approver.ok("chat.abort", {"sessionKey": key}) == {
+            "ok": True,
+            "aborted": True,
+            "runIds": ["ab1"],
+        }
+        aborted = (await approver.run_events("ab1"))[-1]
+        assert aborted["state"] == "aborted" and text_of(aborted).startswith("Running `echo x > never.txt`")
+        cancelled = [f["payload"] for f in approver.events if f["event"] == "session.approval"][-1]
+        assert (
+            cancelled["approval"]["status"] == "cancelled"
+            and cancelled["approval"]["reason"] == "run-aborted"
+        )
+        late = await approver.ok(
+            "approval.resolve", {"id": approval_id, "kind": "exec", "decision": "allow-once"}
+        )
+        assert late["applied"] is False and late["approval"]["status"] == "cancelled"
+        assert not (settings.paths.root / "never.txt").exists()
+        # the session takes messages again
+        await approver.ok("chat.send", {"sessionKey": key, "message": "hello", "idempotencyKey": "ab3"})
+        assert (await approver.run_events("ab3"))[-1]["state"] == "final"
+
+
+async def test_the_agents_question_is_asked_and_answered(server: LiveServer, schema: ProtocolSchema) -> None:
+    async with gateway(
+        server, schema, scopes=(READ, WRITE, APPROVALS, QUESTIONS), caps=("approvals",)
+    ) as client:
+        await client.ok(
+            "chat.send",
+            {
+                "sessionKey": "agent:main:q1",
+                "message": "ask: which colour do you like?",
+                "idempotencyKey": "q1",
+            },
+        )
+        record = (await client.event(named("question.requested")))["payload"]
+        assert (
+            record["status"] == "pending"
+            and record["sessionKey"] == "agent:main:q1"
+            and record["runId"] == "q1"
+        )
+        [question] = record["questions"]
+        assert question["question"] == "which colour do you like?" and question["questionId"] == "answer"
+        answers = {"answers": {"answer": ["blue"]}}
+        empty = await client.request(
+            "question.resolve", {"id": record["id"], "answers": {"answers": {"answer": [" "]}}}
+        )
+        assert empty["error"]["code"] == "INVALID_REQUEST"
+        result = await client.ok("question.resolve", {"id": record["id"], "answers": answers})
+        assert result == {"status": "answered", "answers": answers}
+        final = (await client.run_events("q1"))[-1]
+        assert final["state"] == "final" and "You answered: blue" in text_of(final)
+        resolved = (await client.event(named("question.resolved")))["payload"]
+        assert resolved == {"id": record["id"], "status": "answered", "answers": answers}
+
+        # declined
+        await client.ok(
+            "chat.send",
+            {"sessionKey": "agent:main:q1", "message": "ask: and your name?", "idempotencyKey": "q2"},
+        )
+        record = (await client.event(named("question.requested")))["payload"]
+        assert await client.ok("question.resolve", {"id": record["id"], "cancel": True}) == {
+            "status": "cancelled"
+        }
+        assert (await client.run_events("q2"))[-1]["state"] == "final"
+        assert (await client.event(named("question.resolved")))["payload"] == {
+            "id": record["id"],
+            "status": "cancelled",
+        }
 
 
 # -- serving -------------------------------------------------------------------------------------

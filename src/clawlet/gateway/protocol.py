@@ -35,9 +35,16 @@ DEFAULT_TICK_INTERVAL_MS = 30_000
 SCOPE_READ = "operator.read"
 SCOPE_WRITE = "operator.write"
 SCOPE_ADMIN = "operator.admin"
+SCOPE_APPROVALS = "operator.approvals"
+SCOPE_QUESTIONS = "operator.questions"
 OPERATOR_SCOPES = (SCOPE_READ, SCOPE_WRITE)
 
 CAP_TOOL_EVENTS = "tool-events"
+#: ``GATEWAY_CLIENT_CAPS`` of ``@openclaw/gateway-protocol/client-info``: a client able to show and
+#: answer approvals (every kind, or only exec / plugin ones).
+CAP_APPROVALS = "approvals"
+CAP_EXEC_APPROVALS = "exec-approvals"
+CAP_PLUGIN_APPROVALS = "plugin-approvals"
 
 #: ``client.id`` and ``client.mode`` are closed sets in the protocol schema.
 CLIENT_IDS = frozenset(
@@ -67,6 +74,7 @@ CLIENT_MODES = frozenset({"webchat", "cli", "ui", "backend", "node", "worker", "
 INVALID_REQUEST = "INVALID_REQUEST"
 FORBIDDEN = "FORBIDDEN"
 UNAVAILABLE = "UNAVAILABLE"
+APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
 NOT_PAIRED = "NOT_PAIRED"
 DETAIL_PROTOCOL_MISMATCH = "PROTOCOL_MISMATCH"
 DETAIL_AUTH_TOKEN_MISMATCH = "AUTH_TOKEN_MISMATCH"  # noqa: S105 (an error code)

@@ -13,7 +13,19 @@
 3. every run started with ``chat.send`` streams ``chat`` events (``delta`` with the cumulative
    assistant text, then ``final``, ``aborted`` or ``error``) to every connection holding
    ``operator.read``, and tool activity as ``agent`` events to those that asked for
-   ``caps:["tool-events"]``.
+   ``caps:["tool-events"]``;
+4. approvals (issue 9, shapes in :mod:`clawlet.gateway.approvals`): a ``chat.send`` from a
+   connection holding ``operator.approvals`` with ``caps:["approvals"]`` runs its turn with
+   ``approval_mode="ask"`` (any other connection's turns ``"deny"``: ask-tools are refused and the
+   agent plans around them). When such a turn pauses, each pending tool call is announced
+   (``session.approval`` + ``exec.approval.requested`` / ``plugin.approval.requested``) to the
+   connections that may answer it and decided with ``approval.resolve`` (or the classic
+   ``exec.approval.resolve`` / ``plugin.approval.resolve``); the agent's questions go out as
+   ``question.requested`` to ``operator.questions`` holders and are answered with
+   ``question.resolve``. The continuation streams under the same ``runId`` and ends with its
+   ``final``. Nobody able to answer connected (at the pause, or for ``approval_orphan_grace``
+   seconds later) or no answer within ``approval_timeout``: the gateway denies the call itself, so
+   a run never stays without its final event; ``chat.abort`` drops what a run waits for.
 
 A session key ``agent:<agentId>:<rest>`` names an agent (``main`` is the main clawlet home; any
 other agent that ``list_agents()`` knows is the named workspace of that id) and a transcript
@@ -43,17 +55,24 @@ from urllib.parse import urlsplit
 
 from clawlet import __version__
 from clawlet.config import Settings
+from clawlet.engine.approvals import Decision, InvalidDecision
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import (
     NewSegment,
+    Pending,
     RunCancelled,
     RunFailed,
     RunFinished,
+    RunWaiting,
     TextDelta,
     ToolEnd,
     ToolStart,
     Usage,
 )
+from clawlet.gateway import approvals as wire
+from clawlet.gateway.approvals import GatewayApproval
 from clawlet.gateway.protocol import (
+    APPROVAL_NOT_FOUND,
     CAP_TOOL_EVENTS,
     CLIENT_IDS,
     CLIENT_MODES,
@@ -76,6 +95,8 @@ from clawlet.gateway.protocol import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     SCOPE_ADMIN,
+    SCOPE_APPROVALS,
+    SCOPE_QUESTIONS,
     SCOPE_READ,
     SCOPE_WRITE,
     UNAVAILABLE,
@@ -91,7 +112,7 @@ from clawlet.gateway.protocol import (
     response_ok,
 )
 from clawlet.runtime.base import RuntimeError_
-from clawlet.runtime.manager import Run, SessionBusy
+from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
     InvalidSessionId,
@@ -110,7 +131,7 @@ AgentLister = Callable[[], list[AgentInfo] | Awaitable[list[AgentInfo]]]
 ModelLister = Callable[[], list[ModelEntry] | Awaitable[list[ModelEntry]]]
 
 ROLE_OPERATOR = "operator"
-KNOWN_SCOPES = (SCOPE_READ, SCOPE_WRITE, SCOPE_ADMIN)
+KNOWN_SCOPES = (SCOPE_READ, SCOPE_WRITE, SCOPE_ADMIN, SCOPE_APPROVALS, SCOPE_QUESTIONS)
 MAIN_SESSION_KEY = f"agent:{DEFAULT_AGENT_ID}:{MAIN_SESSION_SUFFIX}"
 SESSION_SCOPE = "per-sender"
 
@@ -123,8 +144,15 @@ METHOD_SCOPES: dict[str, str] = {
     "sessions.list": SCOPE_READ,
     "agents.list": SCOPE_READ,
     "models.list": SCOPE_READ,
+    "approval.resolve": SCOPE_APPROVALS,
+    "approval.get": SCOPE_APPROVALS,
+    "exec.approval.resolve": SCOPE_APPROVALS,
+    "plugin.approval.resolve": SCOPE_APPROVALS,
+    "question.resolve": SCOPE_QUESTIONS,
 }
-SERVER_EVENTS = (EVENT_CHALLENGE, EVENT_TICK, EVENT_CHAT, EVENT_AGENT, EVENT_SHUTDOWN)
+SERVER_EVENTS = (EVENT_CHALLENGE, EVENT_TICK, EVENT_CHAT, EVENT_AGENT, EVENT_SHUTDOWN, *wire.APPROVAL_EVENTS)
+ASK_CONTEXT = RunContext(approval_mode="ask")
+"""Turns of connections that can answer approvals may pause for them."""
 
 MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 """``policy.maxBufferedBytes``: a peer this far behind is dropped as a slow consumer."""
@@ -137,6 +165,14 @@ HISTORY_DEFAULT_LIMIT = 200
 HISTORY_MAX_LIMIT = 1000
 SESSIONS_DEFAULT_LIMIT = 200
 CLOSE_GRACE_SECONDS = 2.0
+APPROVAL_TIMEOUT_SECONDS = 30 * 60.0
+"""An approval nobody answers is denied after this long (OpenClaw's default exec approval timeout)."""
+APPROVAL_ORPHAN_GRACE_SECONDS = 30.0
+"""An approval is denied when nobody able to answer it has been connected for this long."""
+APPROVAL_POLL_SECONDS = 1.0
+"""How often a paused run checks for expiry, orphaning and decisions made elsewhere."""
+SETTLED_APPROVALS_MEMORY = 1024
+"""How many settled approvals ``approval.resolve`` / ``approval.get`` still answer for."""
 
 CLOSE_NORMAL = 1000
 CLOSE_PROTOCOL_ERROR = 1002
@@ -334,6 +370,10 @@ class Connection:
     def can(self, scope: str) -> bool:
         return SCOPE_ADMIN in self.scopes or scope in self.scopes
 
+    def receives(self, kind: wire.Kind) -> bool:
+        """Whether this connection is shown (and may answer) pending items of this kind."""
+        return self.connected and not self.closing and wire.receives(self.scopes, self.caps, kind)
+
     def start(self) -> None:
         self._sender = asyncio.create_task(self._send_loop(), name=f"gateway-send-{self.conn_id}")
 
@@ -448,6 +488,13 @@ class GatewayRun:
     sent_text: str = ""
     usage: dict[str, int] | None = None
     task: asyncio.Task[None] | None = None
+    pending: dict[str, GatewayApproval] = field(default_factory=dict)
+    """What the run waits for (while paused), oldest first."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    aborted: bool = False
+    finished: bool = False
+    resumed: bool = False
+    """True once the run paused and a continuation streams on (the text so far spans both)."""
 
     @property
     def text(self) -> str:
@@ -482,6 +529,9 @@ class GatewayServer:
         delta_interval: float = DELTA_INTERVAL_SECONDS,
         handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS,
         max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+        approval_timeout: float = APPROVAL_TIMEOUT_SECONDS,
+        approval_orphan_grace: float = APPROVAL_ORPHAN_GRACE_SECONDS,
+        approval_poll_interval: float = APPROVAL_POLL_SECONDS,
     ) -> None:
         self.settings = settings
         self.workspaces = workspaces
@@ -490,6 +540,11 @@ class GatewayServer:
         self.delta_interval = delta_interval
         self.handshake_timeout = handshake_timeout
         self.max_buffered_bytes = max_buffered_bytes
+        self.approval_timeout = approval_timeout
+        self.approval_orphan_grace = approval_orphan_grace
+        self.approval_poll_interval = approval_poll_interval
+        self.approvals: OrderedDict[str, GatewayApproval] = OrderedDict()
+        """Every approval and question announced (pending ones and the last settled ones), by id."""
         self.started = time.monotonic()
         self.connections: set[Connection] = set()
         self.runs: dict[str, GatewayRun] = {}
@@ -503,6 +558,11 @@ class GatewayServer:
             "sessions.list": self._sessions_list,
             "agents.list": self._agents_list,
             "models.list": self._models_list,
+            "approval.resolve": self._approval_resolve,
+            "approval.get": self._approval_get,
+            "exec.approval.resolve": self._classic_resolve,
+            "plugin.approval.resolve": self._classic_resolve,
+            "question.resolve": self._question_resolve,
         }
 
     @property
@@ -546,6 +606,9 @@ class GatewayServer:
             if conn.connected:
                 conn.send_event(EVENT_SHUTDOWN, {"reason": reason})
             conn.close(CLOSE_RESTART, reason)
+        for gateway_run in list(self.runs.values()):
+            if gateway_run.pending and gateway_run.task is not None:
+                gateway_run.task.cancel()  # paused: its state stays on disk, nothing to wait for
         if self._pumps:
             _, pending = await asyncio.wait(set(self._pumps), timeout=CLOSE_GRACE_SECONDS)
             for task in pending:
@@ -818,10 +881,19 @@ class GatewayServer:
         target = await self.resolve(key)
         # Reserved before the first await that starts the run, so a concurrent resend is deduplicated.
         self._remember(idempotency_key, target.key)
+        context = ASK_CONTEXT if wire.asks(conn.scopes, conn.caps) else DEFAULT_CONTEXT
         try:
-            run = await target.services.sessions.start_turn(target.session_id, message, title=False)
+            run = await target.services.sessions.start_turn(
+                target.session_id, message, title=False, context=context
+            )
         except BaseException as exc:
             self._idempotency.pop(idempotency_key, None)
+            if isinstance(exc, SessionWaiting):
+                raise GatewayError(
+                    UNAVAILABLE,
+                    f"session {target.key} waits for approval decisions; decide them or chat.abort first",
+                    {"pending": [item.approval_id for item in exc.pending]},
+                ) from exc
             if isinstance(exc, SessionBusy):
                 raise GatewayError(
                     UNAVAILABLE, f"session {target.key} is still answering; retry later", retryable=True
@@ -867,8 +939,15 @@ class GatewayServer:
                 [running.run_id] if running and not running.closed else []
             )
         if not ids:
+            if run_id is None and await asyncio.to_thread(sessions.is_waiting, target.session_id):
+                # paused by no run of this gateway (e.g. before a restart): drop what it waits for
+                return {"ok": True, "aborted": await sessions.cancel(target.session_id), "runIds": []}
             return {"ok": True, "aborted": False, "runIds": []}
-        aborted = await sessions.cancel(target.session_id)
+        paused = any(each.pending for each in active)
+        for each in active:  # a paused run ends as aborted, its pending approvals cancelled
+            each.aborted = True
+            each.wake.set()
+        aborted = await sessions.cancel(target.session_id) or paused
         return {"ok": True, "aborted": aborted, "runIds": ids if aborted else []}
 
     async def _chat_history(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -1026,63 +1105,24 @@ class GatewayServer:
         self._broadcast_chat(gateway_run, payload)
 
     async def _pump(self, gateway_run: GatewayRun) -> None:
-        """Translate one run's clawlet events into ``chat`` and ``agent`` events."""
-        last_flush = 0.0
-        finished = False
+        """Translate a run's clawlet events into ``chat`` and ``agent`` events. A run that pauses
+        for approvals waits for the decisions and its continuation streams on, same ``runId``."""
         try:
-            async for event in gateway_run.run.events(keepalive=self.delta_interval):
-                if event is None:
-                    self._flush_delta(gateway_run)
-                elif isinstance(event, TextDelta):
-                    gateway_run.current += event.text
-                    if time.monotonic() - last_flush >= self.delta_interval:
-                        self._flush_delta(gateway_run)
-                        last_flush = time.monotonic()
-                elif isinstance(event, NewSegment):
-                    self._flush_delta(gateway_run)
-                    if gateway_run.current:
-                        gateway_run.segments.append(gateway_run.current)
-                        gateway_run.current = ""
-                elif isinstance(event, ToolStart):
-                    self._flush_delta(gateway_run)
-                    self._broadcast_tool(
-                        gateway_run,
-                        {
-                            "phase": "start",
-                            "name": event.tool,
-                            "toolCallId": event.call_id,
-                            "args": tool_args(event.input),
-                        },
-                    )
-                elif isinstance(event, ToolEnd):
-                    self._broadcast_tool(
-                        gateway_run,
-                        {
-                            "phase": "result",
-                            "name": event.tool,
-                            "toolCallId": event.call_id,
-                            # OpenClaw's shape for a tool result
-                            "result": {"content": [{"type": "text", "text": event.output}]},
-                            "isError": event.is_error,
-                        },
-                    )
-                elif isinstance(event, Usage):
-                    usage = gateway_run.usage or {"input": 0, "output": 0, "totalTokens": 0}
-                    usage["input"] += event.input_tokens
-                    usage["output"] += event.output_tokens
-                    usage["totalTokens"] = usage["input"] + usage["output"]
-                    gateway_run.usage = usage
-                elif isinstance(event, RunFinished | RunCancelled | RunFailed):
-                    self._flush_delta(gateway_run)
-                    self._broadcast_chat(gateway_run, self._terminal_payload(gateway_run, event))
-                    finished = True
+            while True:
+                waiting = await self._stream(gateway_run)
+                if waiting is None:
+                    break
+                continuation = await self._await_decisions(gateway_run, waiting)
+                if continuation is None:
+                    break
+                gateway_run.run = continuation
+                gateway_run.resumed = True
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("gateway run %s: streaming its events failed", gateway_run.run_id)
-            if not finished:
-                finished = True
-                self._broadcast_chat(
+            if not gateway_run.finished:
+                self._broadcast_terminal(
                     gateway_run,
                     {
                         "state": "error",
@@ -1091,16 +1131,316 @@ class GatewayServer:
                     },
                 )
         finally:
+            for approval_id in list(gateway_run.pending):
+                self._drop_pending(gateway_run, approval_id)
             if self.runs.get(gateway_run.run_id) is gateway_run:
                 del self.runs[gateway_run.run_id]
+
+    async def _stream(self, gateway_run: GatewayRun) -> RunWaiting | None:
+        """Stream one clawlet run; its ``RunWaiting`` if it paused, else None (terminal event sent)."""
+        last_flush = 0.0
+        async for event in gateway_run.run.events(keepalive=self.delta_interval):
+            if event is None:
+                self._flush_delta(gateway_run)
+            elif isinstance(event, TextDelta):
+                gateway_run.current += event.text
+                if time.monotonic() - last_flush >= self.delta_interval:
+                    self._flush_delta(gateway_run)
+                    last_flush = time.monotonic()
+            elif isinstance(event, NewSegment):
+                self._flush_delta(gateway_run)
+                if gateway_run.current:
+                    gateway_run.segments.append(gateway_run.current)
+                    gateway_run.current = ""
+            elif isinstance(event, ToolStart):
+                self._flush_delta(gateway_run)
+                self._broadcast_tool(
+                    gateway_run,
+                    {
+                        "phase": "start",
+                        "name": event.tool,
+                        "toolCallId": event.call_id,
+                        "args": tool_args(event.input),
+                    },
+                )
+            elif isinstance(event, ToolEnd):
+                self._broadcast_tool(
+                    gateway_run,
+                    {
+                        "phase": "result",
+                        "name": event.tool,
+                        "toolCallId": event.call_id,
+                        # OpenClaw's shape for a tool result
+                        "result": {"content": [{"type": "text", "text": event.output}]},
+                        "isError": event.is_error,
+                    },
+                )
+            elif isinstance(event, Usage):
+                usage = gateway_run.usage or {"input": 0, "output": 0, "totalTokens": 0}
+                usage["input"] += event.input_tokens
+                usage["output"] += event.output_tokens
+                usage["totalTokens"] = usage["input"] + usage["output"]
+                gateway_run.usage = usage
+            elif isinstance(event, RunWaiting):
+                self._flush_delta(gateway_run)
+                return event
+            elif isinstance(event, RunFinished | RunCancelled | RunFailed):
+                self._flush_delta(gateway_run)
+                self._broadcast_terminal(gateway_run, self._terminal_payload(gateway_run, event))
+                return None
+        return None
+
+    def _broadcast_terminal(self, gateway_run: GatewayRun, payload: dict[str, Any]) -> None:
+        """The run's last ``chat`` event; what it still waited for is cancelled first."""
+        for approval in list(gateway_run.pending.values()):
+            self._settle(approval, wire.CANCELLED)
+        gateway_run.finished = True
+        self._broadcast_chat(gateway_run, payload)
+
+    # -- approvals --------------------------------------------------------------------------------
+
+    async def _await_decisions(self, gateway_run: GatewayRun, waiting: RunWaiting) -> Run | None:
+        """Announce what the paused run waits for and wait until one item is decided; the
+        continuation run, or None once the gateway run is over (its terminal event sent)."""
+        await gateway_run.run.wait()  # the paused run is over: the session can be resumed now
+        target = gateway_run.target
+        sessions = target.services.sessions
+        current = {item.approval_id for item in waiting.pending}
+        for approval_id in [known for known in gateway_run.pending if known not in current]:
+            await self._settle_elsewhere(gateway_run, gateway_run.pending[approval_id])
+        for item in waiting.pending:
+            if item.approval_id not in gateway_run.pending:
+                self._announce(gateway_run, item)
+        while True:
+            gateway_run.wake.clear()
+            if gateway_run.aborted:
+                if await asyncio.to_thread(sessions.is_waiting, target.session_id):
+                    await sessions.cancel(target.session_id)
+                self._broadcast_terminal(
+                    gateway_run,
+                    {
+                        "state": "aborted",
+                        "stopReason": "rpc",
+                        "message": assistant_message(gateway_run.text, gateway_run.started_ms),
+                    },
+                )
+                return None
+            self._settle_unanswerable(gateway_run)
+            decided = next((each for each in gateway_run.pending.values() if each.decision is not None), None)
+            if decided is not None and decided.decision is not None:
+                try:
+                    run = await sessions.resume(target.session_id, decided.id, decided.decision)
+                except SessionBusy:
+                    pass  # continued from elsewhere (the workbench): followed below
+                except (ApprovalDecided, ApprovalNotFound):
+                    self._drop_pending(gateway_run, decided.id)  # decided elsewhere meanwhile
+                    continue
+                except (InvalidDecision, RuntimeError_) as exc:
+                    log.warning("gateway run %s cannot continue: %s", gateway_run.run_id, exc)
+                    with contextlib.suppress(Exception):  # told it is over: it waits no more
+                        await sessions.cancel(target.session_id)
+                    self._broadcast_terminal(
+                        gateway_run,
+                        {
+                            "state": "error",
+                            "errorMessage": f"the run cannot continue: {exc}",
+                            "errorKind": "unknown",
+                        },
+                    )
+                    return None
+                else:
+                    self._drop_pending(gateway_run, decided.id)
+                    return run
+            other = sessions.runs.get(target.session_id)
+            if other is not None and other is not gateway_run.run and not other.closed:
+                return other  # someone decided in the workbench: stream that continuation here
+            if not await asyncio.to_thread(sessions.is_waiting, target.session_id):
+                # decided or cancelled elsewhere and already over: end with what this run knows
+                for approval in list(gateway_run.pending.values()):
+                    await self._settle_elsewhere(gateway_run, approval)
+                self._broadcast_terminal(
+                    gateway_run,
+                    {
+                        "state": "final",
+                        "message": assistant_message(gateway_run.text, gateway_run.started_ms),
+                        "stopReason": "stop",
+                    },
+                )
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gateway_run.wake.wait(), self.approval_poll_interval)
+
+    def _announce(self, gateway_run: GatewayRun, item: Pending) -> None:
+        now = now_ms()
+        approval = GatewayApproval(
+            item,
+            gateway_run.target.key,
+            gateway_run.target.agent_id,
+            gateway_run.run_id,
+            created_ms=now,
+            expires_ms=now + int(self.approval_timeout * 1000),
+        )
+        gateway_run.pending[approval.id] = approval
+        self.approvals[approval.id] = approval
+        self.approvals.move_to_end(approval.id)
+        if not self._answerers(approval.kind):
+            log.info(
+                "gateway run %s: nobody connected can answer %s approval %s; denied",
+                gateway_run.run_id,
+                approval.kind,
+                approval.id,
+            )
+            self._settle(approval, wire.NO_ROUTE)
+            return
+        for event, payload in approval.requested_events():
+            self._broadcast_approval(approval.kind, event, payload)
+
+    def _settle_unanswerable(self, gateway_run: GatewayRun) -> None:
+        """Deny what nobody answered in time or nobody connected can answer any more."""
+        now = time.monotonic()
+        for approval in list(gateway_run.pending.values()):
+            if approval.settled:
+                continue
+            if now_ms() >= approval.expires_ms:
+                self._settle(approval, wire.EXPIRED)
+            elif self._answerers(approval.kind):
+                approval.lonely_since = None
+            elif approval.lonely_since is None:
+                approval.lonely_since = now
+            elif now - approval.lonely_since >= self.approval_orphan_grace:
+                self._settle(approval, wire.NO_ROUTE)
+
+    def _settle(
+        self,
+        approval: GatewayApproval,
+        outcome: tuple[str, str],
+        decision: Decision | None = None,
+        answers: dict[str, Any] | None = None,
+    ) -> None:
+        """Record an item's outcome, tell the clients, and wake its run to apply the decision."""
+        if approval.settled:
+            return
+        approval.outcome = outcome
+        approval.decision = decision or wire.settle_decision(approval, outcome)
+        approval.answers = answers
+        approval.resolved_ms = now_ms()
+        for event, payload in approval.resolved_events():
+            self._broadcast_approval(approval.kind, event, payload)
+        gateway_run = self.runs.get(approval.run_id)
+        if gateway_run is not None:
+            gateway_run.wake.set()
+
+    async def _settle_elsewhere(self, gateway_run: GatewayRun, approval: GatewayApproval) -> None:
+        """An item decided (or cancelled) outside this gateway: tell the clients how it ended."""
+        if not approval.settled:
+            sessions = gateway_run.target.services.sessions
+            record = await asyncio.to_thread(sessions.approvals.load, gateway_run.target.session_id)
+            decided = {str(item.get("approval_id")): str(item.get("decision")) for item in record.decided}
+            outcome = {
+                "approve": wire.ALLOWED,
+                "edit": wire.ALLOWED,
+                "answer": wire.ANSWERED,
+                "reject": wire.DENIED,
+            }.get(decided.get(approval.id, ""), wire.CANCELLED)
+            self._settle(approval, outcome)
+        self._drop_pending(gateway_run, approval.id)
+
+    def _drop_pending(self, gateway_run: GatewayRun, approval_id: str) -> None:
+        """The run waits for this item no more; a settled one is still answered for a while."""
+        approval = gateway_run.pending.pop(approval_id, None)
+        if approval is not None and not approval.settled:
+            self.approvals.pop(approval_id, None)
+        settled = [key for key, each in self.approvals.items() if each.settled]
+        for key in settled[: max(0, len(settled) - SETTLED_APPROVALS_MEMORY)]:
+            del self.approvals[key]
+
+    def _answerers(self, kind: wire.Kind) -> list[Connection]:
+        return [conn for conn in list(self.connections) if conn.receives(kind)]
+
+    def _broadcast_approval(self, kind: wire.Kind, event: str, payload: dict[str, Any]) -> None:
+        for conn in self._answerers(kind):
+            try:
+                conn.send_event(event, payload)
+            except Exception:
+                log.exception("gateway approval event could not be queued")
+
+    def _pending_approval(self, approval_id: str, kind: wire.Kind | None = None) -> GatewayApproval:
+        approval = self.approvals.get(approval_id)
+        if approval is None or (kind is not None and approval.kind != kind):
+            raise GatewayError(APPROVAL_NOT_FOUND, f"unknown or expired approval id: {approval_id}")
+        return approval
+
+    async def _approval_resolve(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``approval.resolve {id, kind, decision}`` → ``{applied, approval}`` (the first answer wins;
+        later ones get ``applied:false`` and the recorded outcome)."""
+        approval_id = param_str(params, "id")
+        kind = param_str(params, "kind")
+        value = param_str(params, "decision")
+        assert approval_id is not None and kind is not None and value is not None
+        if kind not in (wire.KIND_EXEC, wire.KIND_PLUGIN):
+            raise _invalid(f"invalid approval.resolve params: kind {kind!r} is not one clawlet asks")
+        decision = self._decision(value)
+        approval = self._pending_approval(
+            approval_id, wire.KIND_EXEC if kind == wire.KIND_EXEC else wire.KIND_PLUGIN
+        )
+        applied = not approval.settled
+        self._settle(approval, wire.ALLOWED if decision.type == "approve" else wire.DENIED, decision)
+        return {"applied": applied, "approval": approval.snapshot()}
+
+    async def _approval_get(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        approval_id = param_str(params, "id")
+        assert approval_id is not None
+        approval = self._pending_approval(approval_id)
+        if approval.kind == wire.KIND_QUESTION:
+            raise GatewayError(APPROVAL_NOT_FOUND, f"{approval_id} is a question, not an approval")
+        return {"approval": approval.snapshot()}
+
+    async def _classic_resolve(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``exec.approval.resolve`` / ``plugin.approval.resolve {id, decision}`` → ``{ok: true}``."""
+        approval_id = param_str(params, "id")
+        value = param_str(params, "decision")
+        assert approval_id is not None and value is not None
+        decision = self._decision(value)
+        approval = self._pending_approval(approval_id)
+        if approval.kind == wire.KIND_QUESTION or approval.settled:
+            raise GatewayError(APPROVAL_NOT_FOUND, f"unknown or resolved approval id: {approval_id}")
+        self._settle(approval, wire.ALLOWED if decision.type == "approve" else wire.DENIED, decision)
+        return {"ok": True}
+
+    @staticmethod
+    def _decision(value: str) -> Decision:
+        try:
+            return wire.approval_decision(value)
+        except ValueError as exc:
+            raise _invalid(f"invalid params: {exc}") from exc
+
+    async def _question_resolve(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``question.resolve {id, answers}`` (or ``{id, cancel:true}``) → ``QuestionResolveResult``."""
+        approval_id = param_str(params, "id")
+        assert approval_id is not None
+        approval = self._pending_approval(approval_id, wire.KIND_QUESTION)
+        if params.get("cancel") is True:
+            self._settle(approval, wire.DENIED, Decision("reject"))
+        else:
+            answers = params.get("answers")
+            text = wire.answer_text(answers)
+            if text is None:
+                raise _invalid("invalid question.resolve params: answers must hold a non-empty answer")
+            assert isinstance(answers, dict)
+            self._settle(approval, wire.ANSWERED, Decision("answer", message=text), answers)
+        return approval.question_result()
 
     def _terminal_payload(
         self, gateway_run: GatewayRun, event: RunFinished | RunCancelled | RunFailed
     ) -> dict[str, Any]:
+        # a continuation's own content is only what it added: the gateway run's text spans both
+        content = gateway_run.text if gateway_run.resumed else None
         if isinstance(event, RunFinished):
             payload: dict[str, Any] = {
                 "state": "final",
-                "message": assistant_message(event.content or gateway_run.text, gateway_run.started_ms),
+                "message": assistant_message(
+                    content or event.content or gateway_run.text, gateway_run.started_ms
+                ),
                 "stopReason": "stop",
             }
             if gateway_run.usage:
@@ -1110,7 +1450,9 @@ class GatewayServer:
             return {
                 "state": "aborted",
                 "stopReason": "rpc",
-                "message": assistant_message(event.content or gateway_run.text, gateway_run.started_ms),
+                "message": assistant_message(
+                    content or event.content or gateway_run.text, gateway_run.started_ms
+                ),
             }
         payload = {"state": "error", "errorMessage": event.error, "errorKind": "unknown"}
         if gateway_run.text:
