@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from clawlet import __version__
-from clawlet.cli import is_loopback, main
+from clawlet.cli import main
+from clawlet.config import is_loopback
 
 
 def clawlet(*args: str, home: Path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import ipaddress
 import sys
 import uuid
 from collections.abc import Sequence
@@ -32,15 +31,6 @@ DEMO_TOKEN_DELAY = 0.02
 GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def cmd_init(settings: Settings) -> int:
     created = init_home(settings.paths)
     print(f"clawlet home: {settings.paths.root}")
@@ -58,7 +48,7 @@ def cmd_serve(settings: Settings) -> int:
     from clawlet.llm.providers import ProviderConfigError, describe_model
     from clawlet.logs import configure_logging
 
-    if not is_loopback(settings.host) and not settings.accepted_tokens:
+    if settings.listens_beyond_loopback and not settings.accepted_tokens:
         print(
             f"error: refusing to listen on {settings.host} without a token. Set CLAWLET_API_TOKEN "
             "(clients then send 'Authorization: Bearer <token>') or listen on 127.0.0.1.",

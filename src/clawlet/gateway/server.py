@@ -42,7 +42,6 @@ import contextlib
 import hashlib
 import hmac
 import inspect
-import ipaddress
 import json
 import logging
 import time
@@ -54,7 +53,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from clawlet import __version__
-from clawlet.config import Settings
+from clawlet.config import Settings, is_loopback
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import (
@@ -195,15 +194,7 @@ class Transport(Protocol):
 
 
 def is_loopback_host(host: str | None) -> bool:
-    if not host:
-        return False
-    host = host.strip("[]").lower()
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return bool(host) and is_loopback(str(host).lower())
 
 
 def stable_session_id(rest: str) -> str:
