@@ -24,7 +24,12 @@ from tests.conftest import free_port, parse_sse
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
+    # settings that name one shared place (a database, a workspace base, an openclaw.json) must not
+    # make users share it: the control plane keeps each user's data under that user's home
+    monkeypatch.setenv("WORKSPACE_BASE", str(tmp_path / "shared" / "workspaces"))
+    monkeypatch.setenv("CLAWLET_DATABASE_URL", f"sqlite:///{tmp_path / 'shared' / 'inbox.db'}")
+    monkeypatch.setenv("OPENCLAW_CONFIG_PATH", str(tmp_path / "shared" / "openclaw.json"))
     started = LocalCluster(tmp_path / "cluster", ["alice", "bob"], free_port())
     try:
         started.start()
@@ -117,6 +122,27 @@ def test_cross_user_access_is_refused(cluster: LocalCluster) -> None:
     # alice's session is still there, untouched
     history = httpx.get(f"{base}/api/sessions/alice-only/history", headers=auth(cluster.tokens["alice"]))
     assert history.status_code == 200 and history.json()["messages"][0]["content"] == "secret plans"
+    # inbox agents and tasks, and named workspaces, are per user too
+    created = httpx.post(
+        f"{base}/api/v1/agents",
+        json={"id": "alice-agent", "name": "Alice's"},
+        headers=auth(cluster.tokens["alice"]),
+    )
+    assert created.status_code == 201, created.text
+    assert "alice-agent" in [
+        a["id"] for a in httpx.get(f"{base}/api/v1/agents", headers=auth(cluster.tokens["alice"])).json()
+    ]
+    assert "alice-agent" not in [a["id"] for a in httpx.get(f"{base}/api/v1/agents", headers=bob).json()]
+    in_workspace = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "workspace=research hi"}]},
+        headers=auth(cluster.tokens["alice"]),
+        timeout=60,
+    )
+    assert in_workspace.status_code == 200, in_workspace.text
+    alice_home = cluster.cp_dir / "users" / "alice" / "home"
+    assert (alice_home / "workspaces" / "research").is_dir()
+    assert not (cluster.cp_dir.parent.parent / "shared").exists()  # nothing went to the shared places
     # files are per user too
     alice_files = httpx.get(f"{base}/api/files?path=memory/MEMORY.md", headers=auth(cluster.tokens["alice"]))
     assert alice_files.status_code == 200
@@ -204,3 +230,31 @@ def test_cancelling_a_remote_turn(cluster: LocalCluster) -> None:
     # the session works again at once (the cancelled command did not keep it busy)
     again = chat(cluster, "alice", "are you there?", "slow")
     assert [name for name, _ in again][-1] == "done"
+
+
+def test_long_term_memory_and_remote_mcp_from_a_remote_session(cluster: LocalCluster, tmp_path: Path) -> None:
+    """The session process's ``long_term_memory`` and ``remote_mcp`` tools reach the control plane
+    (``memory_search`` / ``mcp_call``) through the exec plane, for that user's data only."""
+    data = str(cluster.cp_dir)
+    add = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", data]
+    subprocess.run([*add, "add-memory", "alice", "Alice 最喜欢乌龙茶 (oolong tea)"], check=True, timeout=60)
+    subprocess.run([*add, "add-memory", "bob", "Bob 喜欢咖啡"], check=True, timeout=60)
+    servers = tmp_path / "mcp.json"
+    server_script = str(Path(__file__).parent / "support" / "mcp_server.py")
+    servers.write_text(json.dumps({"tools": {"command": sys.executable, "args": [server_script]}}))
+    subprocess.run([*add, "set-mcp", "alice", str(servers)], check=True, timeout=60)
+
+    recalled = chat(cluster, "alice", 'call: long_term_memory {"query": "乌龙茶"}', "ltm")
+    output = str(next(data for name, data in recalled if name == "tool_end")["output"])
+    assert "乌龙茶" in output and "咖啡" not in output
+    added = chat(
+        cluster,
+        "alice",
+        'call: remote_mcp {"server": "tools", "tool": "add", "arguments": {"a": 2, "b": 40}}',
+        "mcp",
+    )
+    tool_end = next(data for name, data in added if name == "tool_end")
+    assert "42" in str(tool_end["output"]) and not tool_end["is_error"]
+    # bob has no MCP servers: his sessions are not offered the tool
+    refused = chat(cluster, "bob", 'call: remote_mcp {"server": "tools", "tool": "add"}', "mcp")
+    assert "not available" in str(next(data for name, data in refused if name == "done")["content"])

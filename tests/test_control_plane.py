@@ -567,7 +567,8 @@ async def test_sessions_are_routed_to_their_users_exec_plane(cp: Harness) -> Non
     assert record.user_id == ALICE and record.status == "running"
     await until(lambda: plane_a.started)
     # the frame carries the runtime the control plane resolved (nothing set anywhere: semigraph)
-    assert plane_a.started == [{**config, "session_id": "sa", "runtime_type": "semigraph"}]
+    # and the user's remote MCP servers by name (alice has none)
+    assert plane_a.started == [{**config, "session_id": "sa", "runtime_type": "semigraph", "mcp_servers": []}]
     assert plane_b.started == []
     await cp.plane.start_session(BOB, "sb", {"agent_config": {}})
     await until(lambda: plane_b.started)

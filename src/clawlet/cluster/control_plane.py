@@ -12,7 +12,8 @@ no ticket means a reconnect, authenticated by the JWT alone. The user must exist
 disabled. Then ``init {user_id, org_id?, api_keys, vm_id}`` goes out. Every refusal is an ``error``
 frame with a code of :data:`~clawlet.cluster.protocol.REFUSAL_CODES` and a close with 4401; the
 log names the user and the reason, never the token or the ticket (uvicorn's own line with the URL
-gets its ticket masked by :class:`TicketRedactingFilter`).
+gets its ticket masked by :class:`TicketRedactingFilter`, and so do websockets' DEBUG lines of
+``auth`` frames their token).
 
 **One connection per user.** A new authenticated connection replaces the user's previous one (which
 is closed with :data:`CLOSE_REPLACED`). Heartbeats update the VM's ``last_seen``.
@@ -623,7 +624,10 @@ class ControlPlane:
             state = self._new_state(session_id, user_id, "running")
         state.status = "running"
         runtime_type = await asyncio.to_thread(self.resolve_runtime_type, user_id, config)
-        frame = start_session_frame({**dict(config), "session_id": session_id, "runtime_type": runtime_type})
+        data = {**dict(config), "session_id": session_id, "runtime_type": runtime_type}
+        if "mcp_servers" not in data:  # the user's remote MCP servers, by name (called via mcp_call)
+            data["mcp_servers"] = sorted(await asyncio.to_thread(self.mcp.servers, user_id))
+        frame = start_session_frame(data)
         await self._send_or_unavailable(link, dict(frame))
         return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)
 
@@ -1109,10 +1113,14 @@ class ControlPlane:
 # -- the app -------------------------------------------------------------------------------------
 
 _TICKET_IN_TEXT = re.compile(r"(ticket=)[^&\s\"']+")
+_TOKEN_IN_FRAME = re.compile(r'(\\?"token\\?"\s*:\s*\\?")[^"\\]*')
+"""The ``token`` of an ``auth`` frame as websockets' debug lines show it (maybe escaped or cut)."""
 
 
 class TicketRedactingFilter(logging.Filter):
-    """Masks ``ticket=…`` in log records (uvicorn logs each WebSocket's path with its query)."""
+    """Masks ``ticket=…`` in log records (uvicorn logs each WebSocket's path with its query) and the
+    VM token of ``auth`` frames (at DEBUG, websockets logs every frame it receives, an ``auth``
+    frame's head and tail included, on uvicorn's logger; not every log format redacts it)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple) and record.args:
@@ -1121,6 +1129,13 @@ class TicketRedactingFilter(logging.Filter):
             )
         if isinstance(record.msg, str) and "ticket=" in record.msg:
             record.msg = _TICKET_IN_TEXT.sub(r"\1***", record.msg)
+        if record.levelno <= logging.DEBUG:  # frames are logged at DEBUG, as objects formatted late
+            try:
+                message = record.getMessage()
+            except Exception:  # a malformed record: the handler reports it as usual
+                return True
+            if "token" in message:
+                record.msg, record.args = _TOKEN_IN_FRAME.sub(r"\1***", message), None
         return True
 
 

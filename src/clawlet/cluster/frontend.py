@@ -17,9 +17,13 @@
 * ``/api/cluster/*`` — what only cluster mode has, for the token's user: ``GET /api/cluster/me``
   (the user, whether their execution plane is connected) and ``GET
   /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events exactly as
-  the execution plane sent them (seed 001 §7.4: ``text_chunk``, ``tool_call_start``, …), as SSE
-  with the control plane's event ``id`` (``Last-Event-ID`` or ``after`` resumes), until the
-  session stops; 404 for a session the user never started;
+  the execution plane sent them (seed 001 §7.4: ``text_chunk``, ``tool_call_start``, …, each with
+  its ``seq``), as SSE until the session stops; 404 for a session the user never started. The SSE
+  ``id`` is ``<process>-<n>``: ``n`` counts the session's events in this control plane process
+  (``after=n`` resumes after it) and ``<process>`` names the process, so a ``Last-Event-ID`` given
+  out before a restart of the control plane resumes from the first event the new process has
+  (those include the execution plane's replays; a client drops what it has by ``seq``) instead of
+  skipping that many of the new process's events;
 * the UI (workbench at ``/``, inbox at ``/inbox``) — public static files, as in local mode.
 
 The OpenClaw gateway WebSocket (``/gateway``) of local mode is not served in cluster mode.
@@ -35,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
@@ -102,8 +107,21 @@ class UserApps:
         return app
 
     def _build(self, user_id: str) -> FastAPI:
+        home = self.home_of(user_id)
+        # everything a user's app keeps is under their home: settings that point elsewhere (a shared
+        # database, workspace base, openclaw.json or OpenClaw gateway) would be shared by all users
         settings = self.settings.model_copy(
-            update={"home": self.home_of(user_id), "api_token": None, "api_keys": None, "gateway_port": None}
+            update={
+                "home": home,
+                "api_token": None,
+                "api_keys": None,
+                "gateway_port": None,
+                "gateway_token": None,
+                "database_url": None,
+                "workspace_base": None,
+                "openclaw_config_path": home / "openclaw" / "openclaw.json",
+                "inbox_backend": "local",
+            }
         )
 
         def runtimes(workspace: str, _engine: AgentEngine) -> dict[str, AdapterFactory]:
@@ -150,6 +168,7 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
     """``/api/cluster/*`` for the authenticated user (``request.state.user_id``)."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app)
+    epoch = secrets.token_hex(4)  # names this process in the events' SSE ids
 
     @app.get("/api/cluster/me")
     async def me(request: Request) -> dict[str, Any]:
@@ -165,8 +184,8 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> StreamingResponse:
         user_id: str = request.state.user_id
-        if last_event_id and last_event_id.isdigit():
-            after = int(last_event_id)
+        if last_event_id:
+            after = resume_after(last_event_id, epoch, after)
         remote_id = remote_session_id(user_id, workspace, session_id)
         try:
             subscription = plane.subscribe(user_id, remote_id, after=after)
@@ -185,12 +204,25 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
                     except (StopAsyncIteration, RoutingError):
                         return
                     data = {"seq": event["seq"], **_as_object(event["data"])}
-                    yield f"id: {event['id']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+                    event_id = f"{epoch}-{event['id']}"
+                    yield f"id: {event_id}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
     return app
+
+
+def resume_after(last_event_id: str, epoch: str, default: int | None) -> int | None:
+    """Where a stream resumes for ``Last-Event-ID``: ``<epoch>-<n>`` of this process → after ``n``;
+    an id of another control plane process (before a restart) → from the first kept event (0); a
+    bare ``n`` → after ``n``; anything else → ``default`` (the ``after`` parameter)."""
+    given_epoch, dash, number = last_event_id.strip().rpartition("-")
+    if not number.isdigit():
+        return default
+    if not dash:
+        return int(number)
+    return int(number) if given_epoch == epoch else 0
 
 
 def _as_object(data: Any) -> dict[str, Any]:

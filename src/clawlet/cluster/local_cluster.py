@@ -16,6 +16,7 @@ Layout of ``--data-dir`` (default ``<clawlet home>/cluster``)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -109,12 +110,17 @@ class LocalCluster:
         )
         self._wait(lambda health: True, "the control plane to answer")
 
-    def vm_credentials(self, user: str) -> dict[str, str]:
-        """A fresh ticket and VM token for ``user``'s execution plane, as its environment."""
+    def vm_credentials(self, user: str, *, ticket_ttl: float | None = None) -> dict[str, str]:
+        """A fresh ticket and VM token for ``user``'s execution plane, as its environment.
+        ``ticket_ttl``: the ticket's lifetime in seconds (default the control plane's 30 s; its
+        expiry is stored with it, so the running control plane honours a shorter one — for tests)."""
         from clawlet.cluster.control_plane import ControlPlane
         from clawlet.cluster.cp_cli import build_config
 
-        plane = ControlPlane(build_config(self.cp_dir, self.base_url))
+        config = build_config(self.cp_dir, self.base_url)
+        if ticket_ttl is not None:
+            config = dataclasses.replace(config, ticket_ttl=ticket_ttl)
+        plane = ControlPlane(config)
         try:
             return plane.issue_vm_credentials(user).env()
         finally:
@@ -127,6 +133,19 @@ class LocalCluster:
         state = self.data_dir / "exec-planes" / user
         self._spawn(name, ["exec-plane", "--state-dir", str(state)], env or self.vm_credentials(user))
         return name
+
+    def start_extra_exec_plane(self, name: str, env: dict[str, str]) -> str:
+        """Start one more execution plane as process ``name`` (state in ``exec-planes/<name>``, log
+        ``logs/<name>.log``) with the credentials in ``env`` (a :meth:`vm_credentials`): a second
+        machine of a user, or one started with stale credentials; returns ``name``."""
+        self._spawn(name, ["exec-plane", "--state-dir", str(self.data_dir / "exec-planes" / name)], env)
+        return name
+
+    def wait_exit(self, name: str, timeout: float = READY_TIMEOUT) -> int:
+        """Wait for process ``name`` to end by itself, forget it, and return its exit code."""
+        code = self.processes[name].wait(timeout=timeout)
+        del self.processes[name]
+        return code
 
     def wait_connected(self, count: int) -> None:
         self._wait(
