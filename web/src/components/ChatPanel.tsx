@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from 'react'
 import { useWorkbench } from '../lib/store'
 import { Dialog } from './Dialog'
-import { SendIcon, StopIcon, WrenchIcon } from './Icons'
+import { PauseIcon, SendIcon, StopIcon, WrenchIcon } from './Icons'
 import { MessageBubble } from './MessageBubble'
 
 function RawView() {
@@ -26,6 +26,7 @@ export function ChatPanel() {
   const [confirming, setConfirming] = useState(false)
   const scroller = useRef<HTMLDivElement>(null)
   const current = state.sessions.find((s) => s.id === state.currentId)
+  const waiting = !!state.currentId && !!state.waiting[state.currentId] && !state.streaming
 
   useEffect(() => {
     const el = scroller.current
@@ -33,7 +34,7 @@ export function ChatPanel() {
   }, [state.messages])
 
   const submit = () => {
-    if (!text.trim() || state.streaming) return
+    if (!text.trim() || state.streaming || waiting) return
     const message = text
     setText('')
     void actions.send(message)
@@ -43,6 +44,17 @@ export function ChatPanel() {
     <div className="chat">
       <div className="pane-head">
         <h2 className="chat-title" data-testid="chat-title">{current ? current.title || t('untitled') : t('newSession')}</h2>
+        {waiting && (
+          <span className="waiting-head">
+            <span className="pill awaiting" data-testid="waiting-badge" title={t('waitingTitle')}>
+              <PauseIcon /> {t('waitingBadge')}
+            </span>
+            <button className="btn ghost small" data-testid="cancel-turn" title={t('cancelTurnTitle')}
+              onClick={() => void actions.cancelWaiting()}>
+              {t('cancelTurn')}
+            </button>
+          </span>
+        )}
         <button className="btn ghost icon" title={t('compress')} aria-label={t('compress')} data-testid="compress-button"
           disabled={!state.currentId || state.streaming || state.compressing} onClick={() => setConfirming(true)}>
           <WrenchIcon />
@@ -58,7 +70,8 @@ export function ChatPanel() {
         )}
       </div>
       <div className="composer">
-        <textarea value={text} placeholder={t('placeholder')} rows={3} data-testid="chat-input"
+        <textarea value={text} placeholder={waiting ? t('waitingPlaceholder') : t('placeholder')} rows={3}
+          data-testid="chat-input" disabled={waiting}
           onChange={(e) => setText(e.target.value)}
           onKeyDown={(e) => {
             if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
@@ -71,7 +84,7 @@ export function ChatPanel() {
             <StopIcon /> {t('stop')}
           </button>
         ) : (
-          <button className="btn primary" onClick={submit} disabled={!text.trim()} data-testid="send-button">
+          <button className="btn primary" onClick={submit} disabled={!text.trim() || waiting} data-testid="send-button">
             <SendIcon /> {t('send')}
           </button>
         )}

@@ -30,3 +30,8 @@ export const SaveIcon = () => <Svg><path d="M19 21H5a2 2 0 0 1-2-2V5a2 2 0 0 1 2
 export const ClawIcon = () => (
   <Svg size={20}><path d="M5 20c0-6 2-11 7-14M10 20c0-5 2-9 6-11M15 20c0-4 1.5-7 5-8" /></Svg>
 )
+export const ShieldIcon = () => <Svg><path d="M12 22s8-4 8-10V5l-8-3-8 3v7c0 6 8 10 8 10z" /><path d="m9 12 2 2 4-4" /></Svg>
+export const QuestionIcon = () => (
+  <Svg><circle cx="12" cy="12" r="10" /><path d="M9.1 9a3 3 0 0 1 5.8 1c0 2-3 3-3 3M12 17h.01" /></Svg>
+)
+export const PauseIcon = () => <Svg size={12}><path d="M9 5v14M15 5v14" /></Svg>

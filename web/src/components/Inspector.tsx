@@ -2,6 +2,7 @@ import { useCallback, useEffect, useMemo, useState } from 'react'
 import { api, ApiError } from '../lib/api'
 import { useWorkbench } from '../lib/store'
 import type { SkillsResponse } from '../lib/types'
+import { ApprovalPolicies } from './ApprovalPolicies'
 import { SaveIcon } from './Icons'
 import { MonacoEditor } from './MonacoEditor'
 
@@ -22,7 +23,7 @@ export function Inspector() {
   const [saved, setSaved] = useState('')
   const [tokens, setTokens] = useState<number | null>(null)
   const [missing, setMissing] = useState(false)
-  const [tab, setTab] = useState<'files' | 'skills'>('files')
+  const [tab, setTab] = useState<'files' | 'skills' | 'approvals'>('files')
   const dirty = content !== saved
 
   const loadSkills = useCallback(() => {
@@ -92,6 +93,10 @@ export function Inspector() {
         <button className={tab === 'skills' ? 'tab active' : 'tab'} onClick={() => setTab('skills')} data-testid="tab-skills">
           {t('skills')} {skills ? `(${skills.skills.length})` : ''}
         </button>
+        <button className={tab === 'approvals' ? 'tab active' : 'tab'} onClick={() => setTab('approvals')}
+          data-testid="tab-approvals">
+          {t('approvalsTab')}
+        </button>
       </div>
       <div className={tab === 'files' ? 'editor-pane' : 'editor-pane hidden'}>
         <div className="file-bar">
@@ -120,6 +125,7 @@ export function Inspector() {
         <MonacoEditor path={path} value={content} theme={state.theme}
           onChange={setContent} onSave={() => void save()} />
       </div>
+      {tab === 'approvals' && <ApprovalPolicies />}
       {tab === 'skills' && (
         <div className="skills" data-testid="skills-list">
           {(skills?.skills ?? []).map((skill) => (

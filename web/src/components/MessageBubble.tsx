@@ -1,7 +1,8 @@
 import { useState } from 'react'
 import { useWorkbench } from '../lib/store'
 import type { ChatMessage } from '../lib/types'
-import { ChevronIcon } from './Icons'
+import { ApprovalCardView } from './ApprovalCard'
+import { ChevronIcon, PauseIcon } from './Icons'
 import { Markdown } from './Markdown'
 
 function ThoughtChain({ message }: { message: ChatMessage }) {
@@ -18,7 +19,11 @@ function ThoughtChain({ message }: { message: ChatMessage }) {
             <li key={index} className={call.isError ? 'tool-call error' : 'tool-call'} data-testid="tool-call">
               <div className="tool-name">
                 <code>{call.tool}</code>
-                {!call.done && <span className="spinner" aria-label={t('running')} />}
+                {call.awaiting ? (
+                  <span className="pill awaiting" data-testid="tool-awaiting"><PauseIcon /> {t('awaiting')}</span>
+                ) : (
+                  !call.done && <span className="spinner" aria-label={t('running')} />
+                )}
               </div>
               <div className="tool-label">{t('input')}</div>
               <pre className="tool-input" data-testid="tool-input">{call.input}</pre>
@@ -76,7 +81,7 @@ export function MessageBubble({ message }: { message: ChatMessage }) {
       </div>
     )
   }
-  const empty = !message.content && message.toolCalls.length === 0 && !message.error
+  const empty = !message.content && message.toolCalls.length === 0 && !message.error && !message.approvals?.length
   return (
     <div className="row assistant">
       <div className={message.streaming ? 'bubble assistant streaming' : 'bubble assistant'} data-testid="assistant-bubble">
@@ -84,6 +89,7 @@ export function MessageBubble({ message }: { message: ChatMessage }) {
         {message.content && <Markdown text={message.content} />}
         {empty && message.streaming && <span className="typing"><i /><i /><i /></span>}
         {message.toolCalls.length > 0 && <ThoughtChain message={message} />}
+        {(message.approvals ?? []).map((card) => <ApprovalCardView key={card.item.approval_id} card={card} />)}
         {message.error && <div className="inline-error" role="alert" data-testid="chat-error">{t('error')}: {message.error}</div>}
         {message.cancelled && <div className="muted small">{t('cancelled')}</div>}
       </div>

@@ -1,7 +1,7 @@
 import { useState } from 'react'
 import { useWorkbench } from '../lib/store'
 import { Dialog } from './Dialog'
-import { EditIcon, ListIcon, PlusIcon, TrashIcon } from './Icons'
+import { EditIcon, ListIcon, PauseIcon, PlusIcon, TrashIcon } from './Icons'
 
 export function Sidebar() {
   const { state, t, actions } = useWorkbench()
@@ -41,6 +41,11 @@ export function Sidebar() {
             ) : (
               <button className="session-title" onClick={() => void actions.selectSession(s.id)} title={s.id}>
                 <span className="title-text">{s.title || t('untitled')}</span>
+                {state.waiting[s.id] && (
+                  <span className="pill awaiting" data-testid="session-waiting" title={t('waitingTitle')}>
+                    <PauseIcon /> {t('waitingBadge')}
+                  </span>
+                )}
                 <span className="muted small">{new Date(s.updated_at * 1000).toLocaleString()}</span>
               </button>
             )}

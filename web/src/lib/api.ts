@@ -6,12 +6,15 @@ import { readSSE } from './sse'
 import type {
   ChatEvent,
   CompressResult,
+  Decision,
   RawMessages,
+  SessionApprovals,
   SessionHistory,
   SessionSummary,
   SessionTokens,
   SkillsResponse,
   Status,
+  ToolApprovals,
 } from './types'
 
 export function apiBase(): string {
@@ -25,6 +28,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** the error's `details` (e.g. `{approval_id, decision}` of a 409 approval_decided) */
+    readonly details?: Record<string, unknown>,
   ) {
     super(message)
     this.name = 'ApiError'
@@ -34,16 +39,20 @@ export class ApiError extends Error {
 async function failure(response: Response): Promise<ApiError> {
   let code = 'http_error'
   let message = `${response.status} ${response.statusText}`
+  let details: Record<string, unknown> | undefined
   try {
-    const body = (await response.json()) as { error?: { code?: string; message?: string } }
+    const body = (await response.json()) as {
+      error?: { code?: string; message?: string; details?: Record<string, unknown> }
+    }
     if (body.error) {
       code = body.error.code ?? code
       message = body.error.message ?? message
+      details = body.error.details
     }
   } catch {
     // not JSON: keep the status line
   }
-  return new ApiError(response.status, code, message)
+  return new ApiError(response.status, code, message, details)
 }
 
 async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -83,31 +92,76 @@ export const api = {
   getRagMode: () => request<{ enabled: boolean }>('GET', '/config/rag-mode'),
   setRagMode: (enabled: boolean) => request<{ enabled: boolean }>('PUT', '/config/rag-mode', { enabled }),
   skills: () => request<SkillsResponse>('GET', '/skills'),
+  approvals: (id: string) => request<SessionApprovals>('GET', `/sessions/${enc(id)}/approvals`),
+  toolApprovals: () => request<ToolApprovals>('GET', '/config/tool-approvals'),
+  setToolApprovals: (policies: ToolApprovals['configured']) =>
+    request<ToolApprovals>('PUT', '/config/tool-approvals', { policies }),
+}
+
+/** POST a JSON body that answers with the chat's SSE stream; deliver each event as it arrives. */
+async function streamEvents(
+  path: string,
+  body: unknown,
+  onEvent: (event: ChatEvent) => void,
+  signal?: AbortSignal,
+  onOpen?: () => void,
+): Promise<void> {
+  const response = await auth.fetch(`${apiBase()}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+    body: JSON.stringify(body),
+    signal,
+  })
+  if (!response.ok) throw await failure(response)
+  if (!response.body) throw new ApiError(0, 'no_body', 'the server sent no stream')
+  onOpen?.()
+  await readSSE(response.body, (msg) => {
+    const event = parseChatEvent(msg.event, msg.data)
+    if (event) onEvent(event)
+  })
+}
+
+/** One SSE message of the chat stream as a ChatEvent (the data's `type`, else the event name);
+ * null when the data is not a JSON object. */
+export function parseChatEvent(name: string, data: string): ChatEvent | null {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(data)
+  } catch {
+    return null
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null
+  const fields = parsed as Record<string, unknown>
+  const type = typeof fields.type === 'string' ? fields.type : name
+  return { ...fields, type } as ChatEvent
 }
 
 /** POST /api/chat and deliver each SSE event as it arrives. Resolves when the stream ends. */
-export async function streamChat(
+export function streamChat(
   message: string,
   sessionId: string,
   onEvent: (event: ChatEvent) => void,
   signal?: AbortSignal,
 ): Promise<void> {
-  const response = await auth.fetch(`${apiBase()}/chat`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
-    body: JSON.stringify({ message, session_id: sessionId, stream: true }),
+  return streamEvents('/chat', { message, session_id: sessionId, stream: true }, onEvent, signal)
+}
+
+/** Decide a pending approval or question (POST /api/sessions/{id}/approvals/{approval_id}); the
+ * paused turn's continuation streams like /api/chat (the decided call's tool_end first). */
+export function streamDecision(
+  sessionId: string,
+  approvalId: string,
+  decision: Decision,
+  onEvent: (event: ChatEvent) => void,
+  signal?: AbortSignal,
+  /** the server took the decision: its continuation's stream is open */
+  onOpen?: () => void,
+): Promise<void> {
+  return streamEvents(
+    `/sessions/${enc(sessionId)}/approvals/${enc(approvalId)}`,
+    { ...decision, stream: true },
+    onEvent,
     signal,
-  })
-  if (!response.ok) throw await failure(response)
-  if (!response.body) throw new ApiError(0, 'no_body', 'the server sent no stream')
-  await readSSE(response.body, (msg) => {
-    let data: Record<string, unknown>
-    try {
-      data = JSON.parse(msg.data) as Record<string, unknown>
-    } catch {
-      return
-    }
-    const type = (data.type as string | undefined) ?? msg.event
-    onEvent({ ...data, type } as ChatEvent)
-  })
+    onOpen,
+  )
 }

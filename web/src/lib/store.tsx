@@ -2,17 +2,21 @@
 // the actions that talk to the API. The reducer is pure and exported for the unit tests.
 import { createContext, useCallback, useContext, useEffect, useMemo, useReducer, useRef } from 'react'
 import type { ReactNode } from 'react'
-import { api, ApiError, streamChat } from './api'
+import { api, ApiError, streamChat, streamDecision } from './api'
 import { defaultLang, translate } from './i18n'
 import type { Lang, MessageKey } from './i18n'
 import type {
+  ApprovalCard,
   ChatEvent,
   ChatMessage,
+  Decision,
+  PendingItem,
   RawMessages,
   SessionHistory,
   SessionSummary,
   SessionTokens,
   Status,
+  ToolCallView,
 } from './types'
 
 export type Theme = 'light' | 'dark'
@@ -37,6 +41,8 @@ export interface WorkbenchState {
   theme: Theme
   lang: Lang
   widths: { left: number; right: number }
+  /** sessions known to wait for an approval or an answer (from their streams and histories) */
+  waiting: Record<string, boolean>
 }
 
 export type Action =
@@ -44,7 +50,7 @@ export type Action =
   | { type: 'session_added'; session: SessionSummary }
   | { type: 'session_renamed'; id: string; title: string }
   | { type: 'session_removed'; id: string }
-  | { type: 'select'; id: string | null; history?: SessionHistory }
+  | { type: 'select'; id: string | null; history?: SessionHistory; pending?: PendingItem[] }
   | { type: 'send'; text: string }
   | { type: 'event'; event: ChatEvent }
   | { type: 'stream_end' }
@@ -58,6 +64,20 @@ export type Action =
   | { type: 'theme'; theme: Theme }
   | { type: 'lang'; lang: Lang }
   | { type: 'widths'; left?: number; right?: number }
+  /** a decision is being posted: its card is locked, the continuation will stream */
+  | { type: 'decide_start'; approvalId: string; decision: Decision }
+  /** the server took the decision (the continuation's stream is open) */
+  | { type: 'decide_accepted'; approvalId: string }
+  /** the server refused it: the card shows why (`status` says whether it can still be decided) */
+  | {
+      type: 'decide_failed'
+      approvalId: string
+      error: string
+      status: 'pending' | 'decided' | 'gone'
+      decision?: Decision
+    }
+  /** the session's paused turn was dropped (POST /cancel while waiting) */
+  | { type: 'waiting_cancelled'; sessionId: string }
 
 let counter = 0
 export function newId(prefix = 'm'): string {
@@ -69,8 +89,122 @@ export function assistantBubble(): ChatMessage {
   return { id: newId(), role: 'assistant', content: '', toolCalls: [], retrievals: [], streaming: true }
 }
 
-/** Turn a stored transcript into bubbles: each assistant segment keeps its tool calls. */
-export function historyToMessages(history: SessionHistory): ChatMessage[] {
+/** The tool a pending item pauses (a question is the agent's ask_user call). */
+export function pendingTool(item: PendingItem): string {
+  return item.kind === 'tool' ? item.tool : ASK_USER_TOOL
+}
+
+export const ASK_USER_TOOL = 'ask_user'
+
+/** A tool's input as the server renders it (clawlet.events.render_tool_input): the single
+ * argument's value, else JSON. */
+export function renderToolInput(args: Record<string, unknown>): string {
+  const values = Object.values(args)
+  if (values.length === 1) return typeof values[0] === 'string' ? values[0] : JSON.stringify(values[0])
+  return JSON.stringify(args)
+}
+
+function hasCard(messages: ChatMessage[], approvalId: string): boolean {
+  return messages.some((m) => (m.approvals ?? []).some((c) => c.item.approval_id === approvalId))
+}
+
+/** The awaiting call a pending item paused: same tool, preferably the same input; -1 if none. */
+function awaitingCall(calls: ToolCallView[], item: PendingItem): number {
+  const tool = pendingTool(item)
+  const input = item.kind === 'tool' ? item.input : item.question
+  let fallback = -1
+  for (let i = 0; i < calls.length; i++) {
+    if (!calls[i].awaiting || calls[i].tool !== tool) continue
+    if (calls[i].input === input) return i
+    if (fallback === -1) fallback = i
+  }
+  return fallback
+}
+
+/** Mark the call a pending item paused: an unfinished call of that tool, preferably with the
+ * same input, else the last one. */
+function markAwaiting(calls: ToolCallView[], item: PendingItem): ToolCallView[] {
+  const tool = pendingTool(item)
+  const input = item.kind === 'tool' ? item.input : item.question
+  let index = -1
+  for (let i = calls.length - 1; i >= 0; i--) {
+    if (calls[i].tool !== tool || calls[i].done || calls[i].awaiting) continue
+    if (calls[i].input === input) {
+      index = i
+      break
+    }
+    if (index === -1) index = i
+  }
+  if (index === -1) return calls
+  const copy = calls.slice()
+  copy[index] = { ...calls[index], awaiting: true }
+  return copy
+}
+
+function withCard(message: ChatMessage, item: PendingItem): ChatMessage {
+  const card: ApprovalCard = { item, status: 'pending' }
+  return { ...message, toolCalls: markAwaiting(message.toolCalls, item), approvals: [...(message.approvals ?? []), card] }
+}
+
+/** Change one card (found by its approval id) wherever it is. */
+function updateCard(
+  messages: ChatMessage[],
+  approvalId: string,
+  change: (card: ApprovalCard, message: ChatMessage) => { card: ApprovalCard; message?: ChatMessage },
+): ChatMessage[] {
+  return messages.map((m) => {
+    const index = (m.approvals ?? []).findIndex((c) => c.item.approval_id === approvalId)
+    if (index === -1) return m
+    const result = change(m.approvals![index], m)
+    const base = result.message ?? m
+    const cards = (base.approvals ?? []).slice()
+    cards[index] = result.card
+    return { ...base, approvals: cards }
+  })
+}
+
+/** Show a stored transcript's pending items: the paused call (saved with an empty output) is
+ * running again, and its card sits in the bubble of that call. */
+function attachPending(messages: ChatMessage[], pending: PendingItem[]): ChatMessage[] {
+  let out = messages
+  for (const item of pending) {
+    if (hasCard(out, item.approval_id)) continue
+    const tool = pendingTool(item)
+    let target = -1
+    let call = -1
+    for (let i = out.length - 1; i >= 0 && target === -1; i--) {
+      if (out[i].role !== 'assistant') continue
+      const calls = out[i].toolCalls
+      const candidates = calls
+        .map((c, index) => ({ c, index }))
+        .filter(({ c }) => c.tool === tool && !c.output && !c.awaiting)
+      const best =
+        candidates.filter(({ c }) => item.kind !== 'tool' || c.input === item.input).pop() ?? candidates.pop()
+      if (best) {
+        target = i
+        call = best.index
+      }
+    }
+    if (target === -1) {
+      const last = out.map((m) => m.role).lastIndexOf('assistant')
+      if (last === -1 || out.slice(last).some((m) => m.role === 'user')) {
+        out = [...out, { ...assistantBubble(), streaming: false }]
+        target = out.length - 1
+      } else target = last
+    }
+    const copy = out.slice()
+    const message = copy[target]
+    const calls = message.toolCalls.slice()
+    if (call !== -1) calls[call] = { ...calls[call], done: false, awaiting: true }
+    copy[target] = { ...message, toolCalls: calls, approvals: [...(message.approvals ?? []), { item, status: 'pending' }] }
+    out = copy
+  }
+  return out
+}
+
+/** Turn a stored transcript into bubbles: each assistant segment keeps its tool calls; what a
+ * waiting session waits for (`pending`, from GET .../approvals) becomes cards. */
+export function historyToMessages(history: SessionHistory, pending: PendingItem[] = []): ChatMessage[] {
   const out: ChatMessage[] = []
   if (history.compressed_context) {
     out.push({
@@ -98,7 +232,7 @@ export function historyToMessages(history: SessionHistory): ChatMessage[] {
       streaming: false,
     })
   }
-  return out
+  return pending.length > 0 ? attachPending(out, pending) : out
 }
 
 function updateLastAssistant(messages: ChatMessage[], change: (m: ChatMessage) => ChatMessage): ChatMessage[] {
@@ -142,21 +276,41 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
         ...state,
         messages: updateLastAssistant(state.messages, (m) => {
           const calls = m.toolCalls.slice()
+          // the last unfinished call of that tool, one still awaiting a decision only if no other
           let index = -1
           for (let i = calls.length - 1; i >= 0; i--) {
             if (!calls[i].done && calls[i].tool === event.tool) {
-              index = i
-              break
+              if (!calls[i].awaiting) {
+                index = i
+                break
+              }
+              if (index === -1) index = i
             }
           }
           if (index === -1) {
             calls.push({ tool: event.tool, input: '', output: event.output, isError: !!event.is_error, done: true })
           } else {
-            calls[index] = { ...calls[index], output: event.output, isError: !!event.is_error, done: true }
+            const { awaiting: _awaiting, ...call } = calls[index]
+            calls[index] = { ...call, output: event.output, isError: !!event.is_error, done: true }
           }
           return { ...m, toolCalls: calls }
         }),
       }
+    case 'approval_required':
+    case 'question': {
+      const { type, ...fields } = event
+      const item = { ...fields, kind: type === 'question' ? 'question' : 'tool' } as PendingItem
+      if (hasCard(state.messages, item.approval_id)) return state
+      return { ...state, messages: updateLastAssistant(state.messages, (m) => withCard(m, item)) }
+    }
+    case 'waiting': {
+      let messages = state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
+      for (const item of event.pending ?? []) {
+        if (!hasCard(messages, item.approval_id)) messages = updateLastAssistant(messages, (m) => withCard(m, item))
+      }
+      const waiting = { ...state.waiting, [event.session_id]: (event.pending ?? []).length > 0 }
+      return { ...state, messages, streaming: false, waiting }
+    }
     case 'new_response': {
       const closed = state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
       return { ...state, messages: [...closed, assistantBubble()] }
@@ -164,7 +318,9 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
     case 'done': {
       let messages = state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
       if (event.cancelled) messages = updateLastAssistant(messages, (m) => ({ ...m, cancelled: true, streaming: false }))
-      return { ...state, messages, streaming: false }
+      const waiting = { ...state.waiting }
+      if (event.session_id) delete waiting[event.session_id]
+      return { ...state, messages, streaming: false, waiting }
     }
     case 'title':
       return {
@@ -206,7 +362,11 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
       return {
         ...state,
         currentId: action.id,
-        messages: action.history ? historyToMessages(action.history) : [],
+        messages: action.history ? historyToMessages(action.history, action.pending) : [],
+        waiting:
+          action.id && action.history
+            ? { ...state.waiting, [action.id]: !!action.history.waiting && (action.pending ?? []).length > 0 }
+            : state.waiting,
         streaming: false,
         view: state.view === 'raw' && action.id ? state.view : 'chat',
         tokens: null,
@@ -262,6 +422,69 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
         ...state,
         widths: { left: action.left ?? state.widths.left, right: action.right ?? state.widths.right },
       }
+    case 'decide_start': {
+      const messages = updateCard(state.messages, action.approvalId, (card, message) => {
+        // the paused call runs now (with the edited arguments, if edited)
+        const calls = message.toolCalls.slice()
+        const index = awaitingCall(calls, card.item)
+        if (index !== -1) {
+          const { awaiting: _awaiting, ...call } = calls[index]
+          const args = action.decision.decision === 'edit' ? action.decision.args : undefined
+          calls[index] = args ? { ...call, input: renderToolInput(args) } : call
+        }
+        return {
+          card: { ...card, status: 'sending', decision: action.decision, error: undefined },
+          message: { ...message, toolCalls: calls, streaming: true, error: undefined, cancelled: undefined },
+        }
+      })
+      const waiting = { ...state.waiting }
+      if (state.currentId) delete waiting[state.currentId]
+      return { ...state, messages, streaming: true, waiting }
+    }
+    case 'decide_accepted':
+      return {
+        ...state,
+        messages: updateCard(state.messages, action.approvalId, (card) => ({ card: { ...card, status: 'decided' } })),
+      }
+    case 'decide_failed': {
+      const messages = updateCard(state.messages, action.approvalId, (card, message) => {
+        const status = action.status
+        const calls =
+          status === 'pending'
+            ? markAwaiting(message.toolCalls, card.item)
+            : message.toolCalls
+        return {
+          card: { ...card, status, error: action.error, decision: status === 'pending' ? undefined : action.decision ?? card.decision },
+          message: { ...message, toolCalls: calls, streaming: false },
+        }
+      }).map((m) => (m.streaming ? { ...m, streaming: false } : m))
+      const stillPending = messages.some((m) => (m.approvals ?? []).some((c) => c.status === 'pending'))
+      const waiting = { ...state.waiting }
+      if (state.currentId) {
+        if (stillPending) waiting[state.currentId] = true
+        else delete waiting[state.currentId]
+      }
+      return { ...state, messages, streaming: false, waiting }
+    }
+    case 'waiting_cancelled': {
+      const waiting = { ...state.waiting }
+      delete waiting[action.sessionId]
+      if (state.currentId !== action.sessionId) return { ...state, waiting }
+      const messages = state.messages.map((m) => {
+        if (!(m.approvals ?? []).some((c) => c.status === 'pending')) return m
+        return {
+          ...m,
+          approvals: m.approvals!.map((c): ApprovalCard => (c.status === 'pending' ? { ...c, status: 'cancelled' } : c)),
+          toolCalls: m.toolCalls.map((c) => {
+            if (!c.awaiting) return c
+            const { awaiting: _awaiting, ...call } = c
+            return { ...call, output: call.output ?? '', done: true }
+          }),
+          cancelled: true,
+        }
+      })
+      return { ...state, messages, waiting }
+    }
     default:
       return state
   }
@@ -301,7 +524,12 @@ export function initialState(persisted: Persisted = {}): WorkbenchState {
     theme: persisted.theme ?? (prefersDark ? 'dark' : 'light'),
     lang: persisted.lang ?? defaultLang(),
     widths: persisted.widths ?? { left: 260, right: 440 },
+    waiting: {},
   }
+}
+
+function isDecisionType(value: string): value is Decision['decision'] {
+  return value === 'approve' || value === 'edit' || value === 'reject' || value === 'answer'
 }
 
 function messageOf(error: unknown): string {
@@ -327,6 +555,10 @@ export interface Workbench {
     showRaw: (show: boolean) => Promise<void>
     refreshTokens: (sessionId?: string) => Promise<void>
     notify: (notice: Notice | null) => void
+    /** Decide a pending approval or question of the current session; the continuation streams. */
+    decide: (approvalId: string, decision: Decision) => Promise<void>
+    /** Drop what the current session waits for (the paused calls never run). */
+    cancelWaiting: () => Promise<void>
   }
 }
 
@@ -372,11 +604,24 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
       }
     }
 
+    /** The session's transcript and, while it waits, what for (its cards). */
+    const loadSession = async (id: string) => {
+      const history = await api.history(id)
+      let pending: PendingItem[] = []
+      if (history.waiting) {
+        try {
+          pending = (await api.approvals(id)).pending
+        } catch (error) {
+          fail(error)
+        }
+      }
+      dispatch({ type: 'select', id, history, pending })
+    }
+
     const selectSession = async (id: string) => {
       if (stateRef.current.streaming) return
       try {
-        const history = await api.history(id)
-        dispatch({ type: 'select', id, history })
+        await loadSession(id)
         await refreshTokens(id)
         if (stateRef.current.view === 'raw') await loadRaw(id)
       } catch (error) {
@@ -428,12 +673,81 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
         dispatch({ type: 'stream_end' })
       } catch (error) {
         if (controller.signal.aborted) dispatch({ type: 'event', event: { type: 'done', content: '', session_id: id, cancelled: true } })
-        else dispatch({ type: 'stream_failed', error: messageOf(error) })
+        else if (error instanceof ApiError && error.code === 'session_waiting') {
+          // waiting for a decision (e.g. made in another tab): show its cards instead
+          dispatch({ type: 'stream_end' })
+          try {
+            await loadSession(id)
+          } catch {
+            // the notice below says what to do
+          }
+          notify({ kind: 'error', text: translate(stateRef.current.lang, 'sessionWaiting') })
+        } else dispatch({ type: 'stream_failed', error: messageOf(error) })
       } finally {
         abortRef.current = null
       }
       if (stateRef.current.currentId === id) await refreshTokens(id)
       await refreshSessions()
+    }
+
+    const decide = async (approvalId: string, decision: Decision) => {
+      const id = stateRef.current.currentId
+      if (!id || stateRef.current.streaming) return
+      dispatch({ type: 'decide_start', approvalId, decision })
+      const controller = new AbortController()
+      abortRef.current = controller
+      let accepted = false
+      try {
+        await streamDecision(
+          id,
+          approvalId,
+          decision,
+          (event) => dispatch({ type: 'event', event }),
+          controller.signal,
+          () => {
+            accepted = true
+            dispatch({ type: 'decide_accepted', approvalId })
+          },
+        )
+        dispatch({ type: 'stream_end' })
+      } catch (error) {
+        const lang = stateRef.current.lang
+        if (controller.signal.aborted) {
+          dispatch({ type: 'event', event: { type: 'done', content: '', session_id: id, cancelled: true } })
+        } else if (error instanceof ApiError && error.code === 'approval_decided') {
+          const previous = String(error.details?.decision ?? '')
+          dispatch({
+            type: 'decide_failed',
+            approvalId,
+            status: 'decided',
+            error: translate(lang, 'alreadyDecided', { decision: previous || '?' }),
+            decision: isDecisionType(previous) ? { decision: previous } : undefined,
+          })
+        } else if (error instanceof ApiError && error.status === 404) {
+          dispatch({ type: 'decide_failed', approvalId, status: 'gone', error: translate(lang, 'approvalGone') })
+        } else if (accepted) {
+          // the continuation's stream broke after the decision was taken
+          dispatch({ type: 'stream_failed', error: messageOf(error) })
+        } else {
+          // busy, an invalid decision, a network error: it can be decided again
+          dispatch({ type: 'decide_failed', approvalId, status: 'pending', error: messageOf(error) })
+        }
+      } finally {
+        abortRef.current = null
+      }
+      if (stateRef.current.currentId === id) await refreshTokens(id)
+      await refreshSessions()
+    }
+
+    const cancelWaiting = async () => {
+      const id = stateRef.current.currentId
+      if (!id) return
+      try {
+        await api.cancel(id)
+        dispatch({ type: 'waiting_cancelled', sessionId: id })
+      } catch (error) {
+        fail(error)
+      }
     }
 
     const stop = async () => {
@@ -507,6 +821,8 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
       },
       refreshTokens,
       notify,
+      decide,
+      cancelWaiting,
     }
   }, [])
 

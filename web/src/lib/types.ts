@@ -24,6 +24,8 @@ export interface SessionHistory extends SessionSummary {
   compressed_context: string
   messages: StoredMessage[]
   running: boolean
+  /** The session waits for approvals or answers (GET /sessions/{id}/approvals lists them). */
+  waiting?: boolean
 }
 
 export interface RawMessages {
@@ -72,6 +74,60 @@ export interface CompressResult {
   summary: string
 }
 
+export type Policy = 'allow' | 'ask' | 'deny'
+
+/** GET/PUT /api/config/tool-approvals. */
+export interface ToolApprovals {
+  workspace: string
+  listens_beyond_loopback: boolean
+  /** what applies to every tool now */
+  policies: Record<string, Policy>
+  /** the workspace's own config.json entries */
+  configured: Record<string, Policy>
+  inherited: Record<string, Policy>
+  defaults: Record<string, Policy>
+}
+
+/** A tool call paused for the user's approval (the stream's `approval_required`). */
+export interface PendingTool {
+  kind: 'tool'
+  approval_id: string
+  tool: string
+  args: Record<string, unknown>
+  call_id?: string
+  input: string
+  allowed_decisions: string[]
+  description?: string
+}
+
+/** A question the agent asks the user (the stream's `question`). */
+export interface PendingQuestion {
+  kind: 'question'
+  approval_id: string
+  question: string
+  call_id?: string
+  allowed_decisions: string[]
+}
+
+export type PendingItem = PendingTool | PendingQuestion
+
+/** GET /api/sessions/{id}/approvals. */
+export interface SessionApprovals {
+  session_id: string
+  waiting: boolean
+  running: boolean
+  pending: PendingItem[]
+}
+
+export type DecisionType = 'approve' | 'edit' | 'reject' | 'answer'
+
+/** The body of POST /api/sessions/{id}/approvals/{approval_id} (without `stream`). */
+export interface Decision {
+  decision: DecisionType
+  args?: Record<string, unknown>
+  message?: string
+}
+
 /** One SSE event of POST /api/chat, as the server sends it. */
 export type ChatEvent =
   | { type: 'retrieval'; query: string; results: RetrievalResult[] }
@@ -82,6 +138,9 @@ export type ChatEvent =
   | { type: 'done'; content: string; session_id: string; cancelled?: boolean }
   | { type: 'title'; session_id: string; title: string }
   | { type: 'error'; error: string }
+  | ({ type: 'approval_required' } & Omit<PendingTool, 'kind'>)
+  | ({ type: 'question' } & Omit<PendingQuestion, 'kind'>)
+  | { type: 'waiting'; content: string; session_id: string; pending: PendingItem[] }
 
 export interface ToolCallView {
   tool: string
@@ -89,6 +148,18 @@ export interface ToolCallView {
   output?: string
   isError?: boolean
   done: boolean
+  /** paused until the user decides (an approval card or a question card shows it) */
+  awaiting?: boolean
+}
+
+/** An approval or question card in an assistant bubble. `pending` until decided; `sending` while
+ * the decision is posted; `decided` (read-only, showing `decision`) once the server took it;
+ * `cancelled` when the paused turn was dropped; `gone` when the server no longer knows it. */
+export interface ApprovalCard {
+  item: PendingItem
+  status: 'pending' | 'sending' | 'decided' | 'cancelled' | 'gone'
+  decision?: Decision
+  error?: string
 }
 
 export interface ChatMessage {
@@ -100,4 +171,5 @@ export interface ChatMessage {
   streaming: boolean
   error?: string
   cancelled?: boolean
+  approvals?: ApprovalCard[]
 }
