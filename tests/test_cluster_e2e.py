@@ -258,3 +258,23 @@ def test_long_term_memory_and_remote_mcp_from_a_remote_session(cluster: LocalClu
     # bob has no MCP servers: his sessions are not offered the tool
     refused = chat(cluster, "bob", 'call: remote_mcp {"server": "tools", "tool": "add"}', "mcp")
     assert "not available" in str(next(data for name, data in refused if name == "done")["content"])
+
+
+def test_a_published_skill_reaches_sessions_started_over_http(cluster: LocalCluster, tmp_path: Path) -> None:
+    skill = tmp_path / "haiku"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: haiku\ndescription: 写俳句 (write a haiku)\n---\n\n5-7-5 音节。\n"
+    )
+    (skill / "scripts" / "count.py").write_text("print(17)\n")
+    cli = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", str(cluster.cp_dir)]
+    published = subprocess.run(
+        [*cli, "add-skill", "haiku", "1.0", str(skill)], capture_output=True, text=True
+    )
+    assert published.returncode == 0 and "2 files" in published.stdout, published.stderr
+
+    loaded = chat(cluster, "alice", 'call: load_skill {"name": "haiku"}', "skills")
+    output = str(next(data for name, data in loaded if name == "tool_end")["output"])
+    assert "5-7-5 音节" in output
+    cached = cluster.data_dir / "exec-planes" / "alice" / "home" / ".skills" / "haiku"
+    assert (cached / "scripts" / "count.py").read_text() == "print(17)\n"

@@ -161,3 +161,37 @@ def test_control_plane_admin_commands(tmp_path: Path) -> None:
         assert plane.get_user("alice").api_keys == {"openai": "sk-1"}  # type: ignore[union-attr]
     finally:
         plane.close()
+
+
+def skill_md(name: str, description: str, extra: str = "") -> list[dict[str, str]]:
+    return [
+        {
+            "path": "SKILL.md",
+            "content": f"---\nname: {name}\ndescription: {description}\n{extra}---\n\nSteps.\n",
+        }
+    ]
+
+
+def test_the_skill_index_of_start_session_comes_from_the_registry(plane: ControlPlane) -> None:
+    plane.create_user("alice", "Alice", {})
+    plane.create_user("bob", "Bob", {})
+    needs_jq = 'metadata: {"openclaw": {"requires": {"bins": ["jq"], "env": ["JQ_TOKEN"]}}}\n'
+    plane.add_skill_package("weather", "1.0", skill_md("weather", "Old weather"))
+    plane.add_skill_package("weather", "2.0", skill_md("weather", "查天气 (weather)", needs_jq))
+    plane.add_skill_package("weather", "2.1-alice", skill_md("weather", "Alice's fork"), user_id="alice")
+    plane.add_skill_package("diary", "1", skill_md("diary", "Alice's diary"), user_id="alice")
+    plane.add_skill_package("binary", "1", [{"path": "SKILL.md", "content": "AAEC", "encoding": "base64"}])
+
+    bob = {entry["skill_id"]: entry for entry in plane.skill_index("bob")}
+    assert set(bob) == {"weather"}  # the global skills only; a base64 SKILL.md is left out
+    assert bob["weather"]["version"] == "2.0" and bob["weather"]["description"] == "查天气 (weather)"
+    assert bob["weather"]["requires"]["bins"] == ["jq"] and bob["weather"]["requires"]["env"] == ["JQ_TOKEN"]
+    assert bob["weather"]["files"] == ["SKILL.md"]
+    alice = {entry["skill_id"]: entry for entry in plane.skill_index("alice")}
+    assert set(alice) == {"weather", "diary"}
+    assert alice["weather"]["version"] == "2.1-alice"  # her own package wins over the global one
+    # every entry is one the execution plane accepts
+    from clawlet.cluster.skill_cache import parse_skill_index
+
+    parsed = parse_skill_index(plane.skill_index("alice"))
+    assert parsed.problems == [] and [e.skill_id for e in parsed.entries] == ["diary", "weather"]

@@ -137,11 +137,13 @@ from clawlet.cluster.protocol import (
 )
 from clawlet.cluster.skill_cache import (
     LATEST,
+    SKILL_MD,
     SkillUnavailable,
     parse_package,
     validate_skill_id,
 )
 from clawlet.memory.embeddings import EmbeddingClient
+from clawlet.skills.scanner import SkillError, skill_summary
 
 log = logging.getLogger(__name__)
 
@@ -572,6 +574,28 @@ class ControlPlane:
             raise ValueError(str(exc)) from None
         return self.store.add_skill_package(skill_id, version, package_files, user_id)
 
+    def skill_index(self, user_id: str) -> list[dict[str, Any]]:
+        """``start_session``'s ``skill_index`` from the registry: the newest version of each skill
+        the user sees (their own over a global one), described by its ``SKILL.md``."""
+        entries: list[dict[str, Any]] = []
+        for package in self.store.newest_skill_packages(user_id):
+            skill_md = next((f for f in package.files if f.get("path") == SKILL_MD), None)
+            text = skill_md.get("content") if skill_md is not None else None
+            if not isinstance(text, str) or (skill_md or {}).get("encoding") == "base64":
+                continue
+            try:
+                summary = skill_summary(text, package.skill_id)
+            except SkillError as exc:
+                log.warning(
+                    "skill %s %s is left out of the index: %s", package.skill_id, package.version, exc
+                )
+                continue
+            files = [str(f.get("path")) for f in package.files]
+            entries.append(
+                {"skill_id": package.skill_id, "version": package.version, "files": files, **summary}
+            )
+        return entries
+
     def add_memory(self, user_id: str, text: str) -> None:
         """Add one entry to the user's long-term memory."""
         if self.store.get_user(user_id) is None:
@@ -627,6 +651,8 @@ class ControlPlane:
         data = {**dict(config), "session_id": session_id, "runtime_type": runtime_type}
         if "mcp_servers" not in data:  # the user's remote MCP servers, by name (called via mcp_call)
             data["mcp_servers"] = sorted(await asyncio.to_thread(self.mcp.servers, user_id))
+        if "skill_index" not in data:  # the registry's skills the user sees (fetched lazily)
+            data["skill_index"] = await asyncio.to_thread(self.skill_index, user_id)
         frame = start_session_frame(data)
         await self._send_or_unavailable(link, dict(frame))
         return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)

@@ -12,6 +12,8 @@
 ``clawlet control-plane add-memory ID TEXT``            an entry of the user's long-term memory
 ``clawlet control-plane set-mcp ID FILE``               the user's remote MCP servers (JSON
                                                        ``{name: {command, args}}``)
+``clawlet control-plane add-skill ID VERSION DIR``      publish a skill package (``--user``: that
+                                                       user's own); sessions get it in their index
 =====================================================  ==============================================
 
 Everything lives in the data directory (``--data-dir``, default ``<clawlet home>/control-plane``):
@@ -123,6 +125,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     memory = actions.add_parser("add-memory", help="add an entry to a user's long-term memory")
     memory.add_argument("user_id")
     memory.add_argument("text")
+    skill = actions.add_parser(
+        "add-skill", help="publish a skill directory (with its SKILL.md) as a version of a skill package"
+    )
+    skill.add_argument("skill_id")
+    skill.add_argument("version")
+    skill.add_argument("directory")
+    skill.add_argument("--user", default=None, help="the user's own package (default: global)")
     mcp = actions.add_parser(
         "set-mcp", help="set a user's remote MCP servers from a JSON file {name: {command, args}}"
     )
@@ -176,6 +185,11 @@ def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
     if args.action == "add-memory":
         plane.add_memory(args.user_id, args.text)
         return 0
+    if args.action == "add-skill":
+        files = package_files(Path(args.directory))
+        plane.add_skill_package(args.skill_id, args.version, files, user_id=args.user)
+        print(f"published {args.skill_id} {args.version} ({len(files)} files)")
+        return 0
     if args.action == "set-mcp":
         try:
             servers = json.loads(Path(args.file).read_text(encoding="utf-8"))
@@ -191,6 +205,23 @@ def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
         state = "disabled" if user.disabled else ("online" if online else "offline")
         print(f"{user.id}\t{user.name}\t{state}\truntime={user.runtime_type or '-'}")
     return 0
+
+
+def package_files(directory: Path) -> list[dict[str, str]]:
+    """The files under ``directory`` as a skill package: text as is, anything else as base64."""
+    import base64
+
+    if not (directory / "SKILL.md").is_file():
+        raise ValueError(f"{directory} has no SKILL.md")
+    files: list[dict[str, str]] = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        relative = path.relative_to(directory).as_posix()
+        data = path.read_bytes()
+        try:
+            files.append({"path": relative, "content": data.decode("utf-8")})
+        except UnicodeDecodeError:
+            files.append({"path": relative, "content": base64.b64encode(data).decode(), "encoding": "base64"})
+    return files
 
 
 def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: str | None) -> int:

@@ -706,6 +706,23 @@ class ControlPlaneStore:
                 return _package(row)
         return None
 
+    def newest_skill_packages(self, user_id: str) -> list[SkillPackageRecord]:
+        """The newest version of every skill ``user_id`` sees: their own package of a skill wins
+        over a global one."""
+        owner_clause = skill_packages.c.user_id.is_(None) | (skill_packages.c.user_id == user_id)
+        with self.engine.connect() as db:
+            rows = db.execute(
+                sa.select(skill_packages)
+                .where(owner_clause)
+                .order_by(skill_packages.c.created_at, skill_packages.c.id)
+            ).all()
+        own: dict[str, SkillPackageRecord] = {}
+        shared: dict[str, SkillPackageRecord] = {}
+        for row in rows:  # oldest first: later rows replace earlier ones
+            record = _package(row)
+            (own if record.user_id is not None else shared)[record.skill_id] = record
+        return [{**shared, **own}[key] for key in sorted({*shared, *own})]
+
     def list_skill_versions(self, user_id: str | None, skill_id: str) -> list[str]:
         """Versions of ``skill_id`` visible to ``user_id`` (own and global; ``None``: global only)."""
         owner_clause: sa.ColumnElement[bool] = skill_packages.c.user_id.is_(None)

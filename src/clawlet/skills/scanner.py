@@ -133,6 +133,26 @@ def missing_requirements(meta: dict[str, Any]) -> list[str]:
     )
 
 
+def skill_summary(text: str, default_name: str) -> dict[str, Any]:
+    """``{name, description, requires: {bins, anyBins, env, os}}`` of a ``SKILL.md`` (what a
+    skill index entry needs); ``SkillError`` if its frontmatter is broken."""
+    front, _body = split_frontmatter(text)
+    meta = _openclaw_metadata(front)
+    raw_requires = meta.get("requires")
+    requires: dict[str, Any] = raw_requires if isinstance(raw_requires, dict) else {}
+    description = front.get("description")
+    return {
+        "name": str(front.get("name") or default_name),
+        "description": description.strip() if isinstance(description, str) else "",
+        "requires": {
+            "bins": _as_list(requires.get("bins")),
+            "anyBins": _as_list(requires.get("anyBins")),
+            "env": _as_list(requires.get("env")),
+            "os": _as_list(meta.get("os")),
+        },
+    }
+
+
 def parse_skill(path: Path, root: Path) -> Skill:
     try:
         text = path.read_text(encoding="utf-8")
