@@ -59,6 +59,7 @@ from clawlet.cluster.cp_db import (
     current_revision,
 )
 from clawlet.cluster.cp_userdata import InvalidUserId
+from clawlet.cluster.offline import USAGE_QUEUE_FILE, DiskQueue
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
     ERR_AUTH_REQUIRED,
@@ -228,7 +229,13 @@ async def test_handshake_sends_init_with_that_users_keys(
     a, b = cp.client(alice), cp.client(bob)
     init_a = await a.connect()
     init_b = await b.connect()
-    assert init_a == {"user_id": ALICE, "org_id": "org-a", "api_keys": ALICE_KEYS, "vm_id": alice.vm_id}
+    assert init_a == {
+        "user_id": ALICE,
+        "org_id": "org-a",
+        "api_keys": ALICE_KEYS,
+        "vm_id": alice.vm_id,
+        "heartbeat_ack": True,
+    }
     assert init_b["api_keys"] == BOB_KEYS and init_b["user_id"] == BOB and "org_id" not in init_b
     assert a.api_keys == ALICE_KEYS
     assert cp.plane.connected_users() == [ALICE, BOB]
@@ -240,6 +247,26 @@ async def test_handshake_sends_init_with_that_users_keys(
     for secret in (alice.ticket, alice.token, bob.ticket, bob.token, *ALICE_KEYS.values()):
         assert secret not in caplog.text
     assert "ticket=***" in caplog.text  # uvicorn's access line, masked
+
+
+async def test_queued_usage_is_forgotten_only_after_the_control_plane_stored_it(
+    cp: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pong only says the frames arrived: the client waits for the heartbeat acknowledgement,
+    which the control plane sends once the records before it are in the database."""
+    store_usage = cp.plane.store.add_usage
+
+    def slow_add_usage(*args: Any, **kwargs: Any) -> bool:
+        time.sleep(1.0)  # a slow database: the frames arrived long before they are stored
+        return store_usage(*args, **kwargs)
+
+    monkeypatch.setattr(cp.plane.store, "add_usage", slow_add_usage)
+    client = cp.client(cp.user(ALICE), heartbeat_interval=0.2)
+    await client.connect()
+    await client.report_usage("s1", "gpt", 11, 22)
+    queue = DiskQueue(client.state_dir / USAGE_QUEUE_FILE)
+    await until(lambda: len(queue) == 0, 10)
+    assert [row["tokens_in"] for row in cp.plane.store.list_usage(ALICE)] == [11]
 
 
 async def test_a_used_ticket_is_refused(cp: Harness) -> None:

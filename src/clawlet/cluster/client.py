@@ -34,13 +34,15 @@ Nothing reported is lost to a dropped connection (seed §10, details in :mod:`cl
 
 * fire-and-forget records (``report_usage``, ``log_audit``, ``submit_evolution``, …) are always
   appended to ``<state_dir>/usage_queue.jsonl`` first (fsynced) and sent from there in order by a pump
-  that removes them only after a ping/pong showed they arrived. While disconnected they simply stay
+  that removes them only after the control plane acknowledged them (a heartbeat answered once every
+  frame before it is stored, when ``init`` offers ``heartbeat_ack``; else a ping/pong showing they
+  arrived). While disconnected they simply stay
   there; they are flushed after the next connect, also by a new client instance after a restart.
   Delivery is at least once; each record has an ``id`` and the control plane de-duplicates by it.
   ``snapshot_sync`` is never queued: it is sent if connected and skipped otherwise (the next snapshot
   replaces it).
-* ``send_sse_event`` sends directly while connected; events sent since the last confirmed ping (the
-  heartbeat pings) and events produced while disconnected are kept in memory (bounded, oldest dropped
+* ``send_sse_event`` sends directly while connected; events sent since the last acknowledged
+  heartbeat (or ping) and events produced while disconnected are kept in memory (bounded, oldest dropped
   first) and replayed in order after the reconnect, before new events. Each carries a per-session
   ``seq`` (and the process's ``stream`` id) so the control plane drops the replays it already has.
 * while disconnected, ``memory_search`` returns ``[]``; ``mcp_call`` and ``get_skill_package`` raise
@@ -87,6 +89,7 @@ from clawlet.cluster.protocol import (
     FF_USAGE_REPORT,
     FIRE_AND_FORGET,
     HEARTBEAT_INTERVAL,
+    INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
     METHOD_GET_SKILL_PACKAGE,
     METHOD_MCP_CALL,
@@ -198,6 +201,9 @@ class _Connection:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     resume_waiter: asyncio.Future[ResumeResponseFrame] | None = None
     lost: bool = False
+    acks: bool = False
+    """The control plane acknowledges heartbeats (``init``'s ``heartbeat_ack``)."""
+    ack_waiters: dict[str, asyncio.Future[None]] = field(default_factory=dict)
 
 
 def safe_url(url: str) -> str:
@@ -638,6 +644,7 @@ class ControlPlaneClient:
         conn = _Connection(ws, self.connects)
         self._conn = conn
         self._init_data = data
+        conn.acks = data.get(INIT_HEARTBEAT_ACK) is True
         self._state = "connected"
         self.last_error = None
         conn.reader = asyncio.create_task(self._read(conn), name="control-plane-reader")
@@ -879,13 +886,12 @@ class ControlPlaneClient:
                 return False  # nothing of the batch is removed: all of it goes again (same ids)
             sent += 1
         try:
-            pong = await conn.ws.ping()
-            await asyncio.wait_for(pong, self.request_timeout)
+            await self._handled(conn, self.request_timeout)
         except ConnectionClosed:
             return False
         except TimeoutError:
             log.warning(
-                "no pong within %gs after sending queued records; dropping the connection",
+                "no acknowledgement within %gs after sending queued records; dropping the connection",
                 self.request_timeout,
             )
             with contextlib.suppress(Exception):
@@ -981,7 +987,11 @@ class ControlPlaneClient:
                 log.warning(
                     "the control plane reported %s: %s", frame["error"]["code"], frame["error"]["message"]
                 )
-        elif frame["type"] != "heartbeat":
+        elif frame["type"] == "heartbeat":
+            ack = conn.ack_waiters.get(frame.get("id", ""))
+            if ack is not None and not ack.done():
+                ack.set_result(None)
+        else:
             log.debug("ignoring a %s frame from the control plane", frame["type"])
 
     def _run_handler(self, name: str, handler: Handler, data: dict[str, Any]) -> None:
@@ -1005,17 +1015,36 @@ class ControlPlaneClient:
             if conn.lost:
                 return
             try:
-                await self._send(conn, heartbeat_frame(time.time()))
                 mark = self._sse_sent
-                pong = await conn.ws.ping()
-                await asyncio.wait_for(pong, self.heartbeat_interval)
+                await self._handled(conn, self.heartbeat_interval, heartbeat=True)
             except ConnectionClosed:
                 return
             except TimeoutError:
-                log.debug("no pong within %gs", self.heartbeat_interval)
+                log.debug("no acknowledgement within %gs", self.heartbeat_interval)
                 continue
             if self._conn is conn:
                 self._confirm_sse(mark)
+
+    async def _handled(self, conn: _Connection, timeout: float, *, heartbeat: bool = False) -> None:
+        """Return once the control plane has handled everything sent on ``conn`` so far: its
+        answer to a heartbeat with an id (when ``init`` offered ``heartbeat_ack``), else a
+        WebSocket pong (which only says the frames arrived). ``heartbeat``: send a plain heartbeat
+        first when there is no acknowledgement to ask for. Raises ``ConnectionClosed`` (also when
+        the connection is lost while waiting) or ``TimeoutError``."""
+        if not conn.acks:
+            if heartbeat:
+                await self._send(conn, heartbeat_frame(time.time()))
+            pong = await conn.ws.ping()
+            await asyncio.wait_for(pong, timeout)
+            return
+        ack_id = uuid.uuid4().hex
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        conn.ack_waiters[ack_id] = waiter
+        try:
+            await self._send(conn, heartbeat_frame(time.time(), ack_id))
+            await asyncio.wait_for(waiter, timeout)
+        finally:
+            conn.ack_waiters.pop(ack_id, None)
 
     async def _send(self, conn: _Connection, frame: Any) -> None:
         await self._send_ws(conn.ws, frame)
@@ -1060,6 +1089,10 @@ class ControlPlaneClient:
             waiter.set_exception(ControlPlaneUnavailable("the connection dropped during resume"))
             waiter.exception()  # retrieved: nobody may be waiting for it any more
         self._ff_wakeup.set()  # a queue pump waiting for records ends
+        for ack in conn.ack_waiters.values():  # nothing sent on conn will be acknowledged now
+            if not ack.done():
+                ack.set_exception(ConnectionClosed(None, None))
+                ack.exception()
         current = asyncio.current_task()
         for task in list(conn.tasks):
             if task is not current and task.get_name() == "control-plane-heartbeat":

@@ -104,6 +104,7 @@ from clawlet.cluster.protocol import (
     FF_EVOLUTION_SUBMIT,
     FF_SNAPSHOT_SYNC,
     FF_USAGE_REPORT,
+    INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
     METHOD_GET_SKILL_PACKAGE,
     METHOD_MCP_CALL,
@@ -126,6 +127,7 @@ from clawlet.cluster.protocol import (
     encode,
     error_frame,
     error_response_frame,
+    heartbeat_frame,
     init_frame,
     lost,
     response_frame,
@@ -852,7 +854,12 @@ class ControlPlane:
             return None
         link = _VmLink(websocket, user.id, vm_id or f"vm-{user.id}")
         await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, user.id, True)
-        data: dict[str, Any] = {"user_id": user.id, "api_keys": dict(user.api_keys), "vm_id": link.vm_id}
+        data: dict[str, Any] = {
+            "user_id": user.id,
+            "api_keys": dict(user.api_keys),
+            "vm_id": link.vm_id,
+            INIT_HEARTBEAT_ACK: True,
+        }
         if user.org_id:
             data["org_id"] = user.org_id
         try:
@@ -934,6 +941,8 @@ class ControlPlane:
                     await self._on_sse_event(link, frame)
                 elif frame["type"] == "heartbeat":
                     await asyncio.to_thread(self.store.touch_vm, link.vm_id)
+                    if "id" in frame:  # every frame before it is handled: acknowledge
+                        await self._send(link, heartbeat_frame(ack_id=frame["id"]))
                 elif frame["type"] == "resume":
                     await self._resume(link, frame)
                 elif frame["type"] == "auth":

@@ -147,6 +147,12 @@ FIRE_AND_FORGET_METHODS: Final[frozenset[str]] = frozenset(
 RECONNECT_BACKOFF: Final[tuple[float, ...]] = (1, 2, 4, 8, 16, 30, 30, 30)
 """Seconds to wait before each reconnect attempt (seed §3.1)."""
 HEARTBEAT_INTERVAL: Final = 10.0
+INIT_HEARTBEAT_ACK: Final = "heartbeat_ack"
+"""In ``init``'s data, ``true`` when the control plane answers a ``heartbeat`` that has an ``id``
+with ``heartbeat {id}`` once it has handled (stored, published) every frame sent before it — an
+application-level acknowledgement. A WebSocket pong only says that the frames arrived, so the
+execution plane forgets queued usage records and buffered SSE events on this answer when the
+control plane offers it (a clawlet extension of the seed's protocol; without it, on a pong)."""
 """The execution plane sends ``heartbeat`` this often (seconds)."""
 REQUEST_TIMEOUT: Final = 60.0
 """A request without a response after this long fails (and its pending entry is removed)."""
@@ -273,6 +279,8 @@ class CancelFrame(TypedDict):
 class HeartbeatFrame(TypedDict):
     type: Literal["heartbeat"]
     ts: NotRequired[float]
+    id: NotRequired[str]
+    """Asks for an acknowledgement (see :data:`INIT_HEARTBEAT_ACK`); the answer carries the same id."""
 
 
 class ResumeFrame(TypedDict):
@@ -402,10 +410,12 @@ def cancel_frame(session_id: str, data: Mapping[str, Any] | None = None) -> Canc
     return {"type": "cancel", "session_id": session_id, "data": dict(data or {})}
 
 
-def heartbeat_frame(ts: float | None = None) -> HeartbeatFrame:
+def heartbeat_frame(ts: float | None = None, ack_id: str | None = None) -> HeartbeatFrame:
     frame: HeartbeatFrame = {"type": "heartbeat"}
     if ts is not None:
         frame["ts"] = ts
+    if ack_id is not None:
+        frame["id"] = ack_id
     return frame
 
 
@@ -615,6 +625,9 @@ def _parse_heartbeat(obj: Mapping[str, Any]) -> HeartbeatFrame:
     ts = obj.get("ts")
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         frame["ts"] = float(ts)
+    ack_id = obj.get("id")
+    if isinstance(ack_id, str) and ack_id:
+        frame["id"] = ack_id
     return frame
 
 
