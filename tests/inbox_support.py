@@ -38,7 +38,7 @@ class SseClient:
         self.status: int | None = None
         self.error: BaseException | None = None
         self._opened = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `of()` inside a `wait_for` check re-enters it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -3,19 +3,37 @@
 Both give every task its own conversation: the session is ``inbox-<task id>`` (lower-cased) of
 the task's agent, so a follow-up message continues that task and tasks never share context. For the
 gateway that is the session key ``agent:<agentId>:inbox-<task id>``.
+
+The local backend runs turns that may ask (``RunContext(approval_mode="ask")``): a run can end
+``waiting`` (a tool whose policy is ``ask``, or the agent's ``ask_user`` question); what it waits for
+is kept on disk by the runtime (it survives a restart) and :meth:`LocalBackend.resume` continues it
+with the user's decision. The gateway backend cannot pause (an OpenClaw gateway's runs never wait
+for the inbox), so its tasks never wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from clawlet.events import NewSegment, RunCancelled, RunFailed, RunFinished, TextDelta
+from clawlet.engine.approvals import Decision, InvalidDecision
+from clawlet.engine.context import RunContext
+from clawlet.events import (
+    NewSegment,
+    Pending,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunWaiting,
+    TextDelta,
+)
 from clawlet.gateway.protocol import GatewayError, session_key
 from clawlet.inbox.models import Task
-from clawlet.runtime.manager import SessionBusy
+from clawlet.runtime.base import RuntimeError_
+from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 
 if TYPE_CHECKING:
     from clawlet.gateway.client import GatewayClient
@@ -27,13 +45,19 @@ ProgressCallback = Callable[[str], None]
 """Called with the reply's cumulative text while it streams."""
 
 
+INBOX_CONTEXT = RunContext(approval_mode="ask")
+"""Inbox turns may pause: the inbox shows the question and the user's reply resumes the run."""
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """How one run ended: ``final`` (the reply), ``error`` (with a reason) or ``aborted``."""
+    """How one run ended: ``final`` (the reply), ``error`` (with a reason), ``aborted``, or
+    ``waiting`` for the user (``pending``: what it waits for)."""
 
-    state: Literal["final", "error", "aborted"]
+    state: Literal["final", "error", "aborted", "waiting"]
     text: str
     error: str | None = None
+    pending: tuple[Pending, ...] = ()
 
 
 def task_session_name(task_id: str) -> str:
@@ -49,6 +73,24 @@ class ExecutionBackend(Protocol):
 
     async def run(self, task: Task, content: str, message_id: str, on_text: ProgressCallback) -> Outcome:
         """Send ``content`` to the task's conversation and wait for the reply."""
+        ...
+
+    async def resume(
+        self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
+    ) -> Outcome:
+        """Continue the task's paused run with the user's decision and wait for the reply."""
+        ...
+
+    def waiting_for(self, task: Task) -> list[Pending]:
+        """What the task's conversation waits for (blocking: read from disk); [] if nothing."""
+        ...
+
+    def decision_of(self, task: Task, approval_id: str) -> str | None:
+        """How an approval of the task's conversation was decided, or None (blocking)."""
+        ...
+
+    async def drop_pending(self, task: Task) -> None:
+        """Forget what the task's conversation waits for (its paused tool calls never run)."""
         ...
 
     async def abort(self, task: Task) -> None:
@@ -82,14 +124,51 @@ class LocalBackend:
         services = self._services(task.agent_id)
         session = task_session_name(task.id)
         try:
-            run = await services.sessions.start_turn(session, content, title=False)
+            run = await services.sessions.start_turn(session, content, title=False, context=INBOX_CONTEXT)
+        except SessionWaiting as exc:
+            # the conversation waits already (decided elsewhere than the inbox knew): ask again
+            return Outcome("waiting", "", pending=tuple(exc.pending))
         except SessionBusy:
             return Outcome("error", "", "the agent is still answering an earlier message in this task")
+        return await self._watch(task, run, on_text)
+
+    async def resume(
+        self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
+    ) -> Outcome:
+        try:
+            return await self._resume(task, approval_id, decision, on_text)
+        finally:
+            self._abort_requested.discard(task.id)
+
+    async def _resume(
+        self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
+    ) -> Outcome:
+        services = self._services(task.agent_id)
+        try:
+            run = await services.sessions.resume(task_session_name(task.id), approval_id, decision)
+        except ApprovalDecided as exc:
+            return Outcome("error", "", f"this was already decided ({exc.decision}); nothing was run")
+        except ApprovalNotFound:
+            return Outcome("error", "", "the agent no longer waits for this; send a message to go on")
+        except InvalidDecision as exc:
+            return Outcome("error", "", f"the decision was refused: {exc}")
+        except SessionBusy:
+            return Outcome("error", "", "the agent is still answering an earlier message in this task")
+        except RuntimeError_ as exc:
+            return Outcome("error", "", f"the paused run cannot continue: {exc}")
+        return await self._watch(task, run, on_text)
+
+    async def _watch(self, task: Task, run: Run, on_text: ProgressCallback) -> Outcome:
+        """Follow the run to its end (the run is closed when this returns, so the session takes
+        the next message or decision at once)."""
         if task.id in self._abort_requested:
-            await services.sessions.cancel(session)
+            await self._services(task.agent_id).sessions.cancel(task_session_name(task.id))
         segments: list[str] = []
         current = ""
+        outcome: Outcome | None = None
         async for event in run.events():
+            if outcome is not None:
+                continue  # the terminal event came: wait for the run to close
             if isinstance(event, TextDelta):
                 current += event.text
                 on_text("\n\n".join([*segments, current]))
@@ -98,12 +177,31 @@ class LocalBackend:
                     segments.append(current)
                 current = ""
             elif isinstance(event, RunFinished):
-                return Outcome("final", event.content)
+                outcome = Outcome("final", event.content)
+            elif isinstance(event, RunWaiting):
+                outcome = Outcome("waiting", event.content, pending=tuple(event.pending))
             elif isinstance(event, RunCancelled):
-                return Outcome("aborted", event.content)
+                outcome = Outcome("aborted", event.content)
             elif isinstance(event, RunFailed):
-                return Outcome("error", "\n\n".join([*segments, current]), event.error)
-        return Outcome("error", "", "the run ended without a result")
+                outcome = Outcome("error", "\n\n".join([*segments, current]), event.error)
+        return outcome or Outcome("error", "", "the run ended without a result")
+
+    def waiting_for(self, task: Task) -> list[Pending]:
+        return self._services(task.agent_id).sessions.waiting_for(task_session_name(task.id))
+
+    def decision_of(self, task: Task, approval_id: str) -> str | None:
+        # the runtime keeps decided ids in its approval store (read-only use here)
+        record = self._services(task.agent_id).sessions.approvals.load(task_session_name(task.id))
+        for done in reversed(record.decided):
+            if done.get("approval_id") == approval_id:
+                return str(done.get("decision", ""))
+        return None
+
+    async def drop_pending(self, task: Task) -> None:
+        sessions = self._services(task.agent_id).sessions
+        session = task_session_name(task.id)
+        if not sessions.is_running(session) and await asyncio.to_thread(sessions.is_waiting, session):
+            await sessions.cancel(session)
 
     async def abort(self, task: Task) -> None:
         self._abort_requested.add(task.id)
@@ -164,6 +262,20 @@ class GatewayBackend:
                 f"no reply from the OpenClaw gateway within {self.timeout_seconds:g} s; the run was aborted",
             )
         return Outcome("error", text, "the gateway ended the run without a result")
+
+    async def resume(
+        self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
+    ) -> Outcome:
+        return Outcome("error", "", "tasks on an OpenClaw gateway never wait, so there is nothing to resume")
+
+    def waiting_for(self, task: Task) -> list[Pending]:
+        return []  # the gateway's runs never pause for the inbox
+
+    def decision_of(self, task: Task, approval_id: str) -> str | None:
+        return None
+
+    async def drop_pending(self, task: Task) -> None:
+        return None
 
     async def abort(self, task: Task) -> None:
         from clawlet.gateway.client import GatewayUnavailable

@@ -3,8 +3,10 @@
 The HTTP call that creates a task (or sends a follow-up) returns at once; the executor moves the
 task to ``running``, hands the message to the backend, and turns the outcome into an agent message
 plus a status: a reply → ``completed``, an error → ``failed`` (the message says why), an abort →
-``cancelled``. Every change is broadcast as ``message.created`` / ``task.updated``; while a reply
-streams, ``message.delta`` carries its text so far (at most a few times a second).
+``cancelled``, a run that paused for the user → ``waiting`` (the question is the agent's message and
+the Task JSON's ``waitingFor`` lists what it waits for; :meth:`TaskExecutor.resume` continues it).
+Every change is broadcast as ``message.created`` / ``task.updated``; while a reply streams,
+``message.delta`` carries its text so far (at most a few times a second).
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from typing import Any
 
 import sqlalchemy.exc
 
-from clawlet.inbox.backends import ExecutionBackend, Outcome
+from clawlet.engine.approvals import Decision
+from clawlet.events import Pending
+from clawlet.inbox.approvals import pending_json, waiting_message
+from clawlet.inbox.backends import ExecutionBackend, Outcome, ProgressCallback
 from clawlet.inbox.broadcaster import EventBroadcaster
 from clawlet.inbox.ids import new_ulid
 from clawlet.inbox.models import Message, Task
@@ -36,6 +42,10 @@ RESTART_MESSAGE = (
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+Work = Callable[[Task, ProgressCallback], Awaitable[Outcome]]
+"""One run of a task on the backend: a new message, or a paused run continued."""
 
 
 class TaskExecutor:
@@ -63,26 +73,61 @@ class TaskExecutor:
         """Run ``content`` for the task in the background. ``from_pending``: the task is new and
         the executor moves it to ``running`` itself (a follow-up already moved it). At most
         ``max_running`` runs go at once; a new task waits as ``pending`` for a free slot."""
+
+        def work(task: Task, on_text: ProgressCallback) -> Awaitable[Outcome]:
+            return self.backend.run(task, content, message_id, on_text)
+
+        self._launch(task_id, work, from_pending, frozenset())
+
+    def resume(self, task_id: str, approval_id: str, decision: Decision, *, asked: frozenset[str]) -> None:
+        """Continue the task's paused run with ``decision`` in the background (the caller moved
+        the task from ``waiting`` to ``running``). ``asked``: the approval ids the task's messages
+        already asked about (a run that pauses again asks only about new ones)."""
+
+        def work(task: Task, on_text: ProgressCallback) -> Awaitable[Outcome]:
+            return self.backend.resume(task, approval_id, decision, on_text)
+
+        self._launch(task_id, work, False, asked)
+
+    def _launch(self, task_id: str, work: Work, from_pending: bool, asked: frozenset[str]) -> None:
         self._runs[task_id] = asyncio.create_task(
-            self._execute(task_id, content, message_id, from_pending), name=f"inbox-task-{task_id}"
+            self._execute(task_id, work, from_pending, asked), name=f"inbox-task-{task_id}"
         )
+
+    # -- what a task waits for ---------------------------------------------------------------------
+
+    def waiting_for_sync(self, task: Task) -> list[Pending]:
+        """What the task's conversation waits for (blocking); [] if nothing or unreadable."""
+        try:
+            return self.backend.waiting_for(task)
+        except Exception:  # a broken record must not break listing the task
+            log.warning("cannot read what inbox task %s waits for", task.id, exc_info=True)
+            return []
+
+    async def waiting_for(self, task: Task) -> list[Pending]:
+        return await asyncio.to_thread(self.waiting_for_sync, task)
+
+    async def task_json(self, task: Task) -> dict[str, Any]:
+        """The Task as the API and events show it: a ``waiting`` task also carries ``waitingFor``."""
+        pending = await self.waiting_for(task) if task.status == "waiting" else []
+        return task_json(task, pending)
 
     async def _transition(self, task_id: str, target: TaskStatus) -> Task:
         task = await asyncio.to_thread(self.repository.transition, task_id, target, self.clock())
-        self.broadcaster.publish("task.updated", task.to_json(), task_id)
+        self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
         return task
 
-    async def _execute(self, task_id: str, content: str, message_id: str, from_pending: bool) -> None:
+    async def _execute(self, task_id: str, work: Work, from_pending: bool, asked: frozenset[str]) -> None:
         try:
             async with self._slots:
                 self._holding.add(task_id)
-                await self._run_holding_slot(task_id, content, message_id, from_pending)
+                await self._run_holding_slot(task_id, work, from_pending, asked)
         finally:
             self._holding.discard(task_id)
             self._runs.pop(task_id, None)
 
     async def _run_holding_slot(
-        self, task_id: str, content: str, message_id: str, from_pending: bool
+        self, task_id: str, work: Work, from_pending: bool, asked: frozenset[str]
     ) -> None:
         try:
             if from_pending:
@@ -98,13 +143,13 @@ class TaskExecutor:
                     self.broadcaster.publish("message.delta", {"taskId": task_id, "content": text}, task_id)
 
             try:
-                outcome = await self.backend.run(task, content, message_id, on_text)
+                outcome = await work(task, on_text)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a backend bug must not leave the task running forever
                 log.exception("inbox task %s failed in the %s backend", task_id, self.backend.name)
                 outcome = Outcome("error", "", f"{type(exc).__name__}: {exc}")
-            await self._finish(task_id, outcome)
+            await self._finish(task_id, outcome, asked)
         except (TaskNotFound, InvalidTransition) as exc:
             # deleted, or cancelled before it started: nothing left to do
             log.info("inbox task %s not run: %s", task_id, exc)
@@ -113,8 +158,13 @@ class TaskExecutor:
                 await self._finish(task_id, Outcome("error", "", RESTART_MESSAGE))
             raise
 
-    async def _finish(self, task_id: str, outcome: Outcome) -> None:
-        if outcome.state == "final":
+    async def _finish(self, task_id: str, outcome: Outcome, asked: frozenset[str] = frozenset()) -> None:
+        target: TaskStatus
+        if outcome.state == "waiting" and outcome.pending:
+            # the question is the agent's message (only what was not asked before)
+            fresh = [item for item in outcome.pending if item.approval_id not in asked]
+            content, target = waiting_message(outcome.text, fresh), "waiting"
+        elif outcome.state in ("final", "waiting"):
             content, target = outcome.text, "completed"
         elif outcome.state == "error":
             reason = outcome.error or "the run failed"
@@ -131,7 +181,7 @@ class TaskExecutor:
         if current is None or current.status != "running":
             return  # cancelled (or deleted) meanwhile: the user's choice stands
         try:
-            await self._transition(task_id, target)  # type: ignore[arg-type]
+            await self._transition(task_id, target)
         except (TaskNotFound, InvalidTransition) as exc:
             log.info("inbox task %s: %s", task_id, exc)
 
@@ -145,11 +195,20 @@ class TaskExecutor:
         return message
 
     async def cancel(self, task_id: str) -> Task:
-        """Mark the task cancelled (if the table allows) and abort its run."""
+        """Mark the task cancelled (if the table allows) and abort its run; a waiting task's
+        paused tool calls are dropped (they never run)."""
         task = await self._transition(task_id, "cancelled")
         if task_id in self._runs:
             await self.backend.abort(task)
+        else:
+            await self.drop_pending(task)
         return task
+
+    async def drop_pending(self, task: Task) -> None:
+        try:
+            await self.backend.drop_pending(task)
+        except Exception:
+            log.warning("could not drop what inbox task %s waited for", task.id, exc_info=True)
 
     async def abort_run(self, task: Task) -> None:
         """Stop a task's run without changing its status (before the task is deleted)."""
@@ -167,7 +226,13 @@ class TaskExecutor:
 
     async def recover(self) -> None:
         """After a restart: tasks left ``running`` lost their run → ``failed`` with a message
-        saying so; tasks still ``pending`` never started → start them now."""
+        saying so (unless their run had paused for the user: → ``waiting``, asking); tasks still
+        ``pending`` never started → start them now. ``waiting`` tasks stay waiting: what they wait
+        for is on disk, and a reply continues them."""
+        for task in await asyncio.to_thread(self.repository.tasks_with_status, ["running"]):
+            pending = await self.waiting_for(task)
+            if pending:  # stopped between the pause and the status change
+                await self._finish(task.id, Outcome("waiting", "", pending=tuple(pending)))
         for task in await asyncio.to_thread(
             self.repository.fail_running, self.clock(), f"⚠️ {RESTART_MESSAGE}"
         ):
@@ -194,3 +259,11 @@ class TaskExecutor:
             if still:
                 await asyncio.wait(still, timeout=SHUTDOWN_GRACE)
         await self.backend.close()
+
+
+def task_json(task: Task, pending: list[Pending]) -> dict[str, Any]:
+    """``task.to_json()`` plus ``waitingFor`` when the task waits for something."""
+    data = task.to_json()
+    if task.status == "waiting" and pending:
+        data["waitingFor"] = [pending_json(item) for item in pending]
+    return data

@@ -14,11 +14,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawlet.config import Settings
+from clawlet.engine.approvals import Decision
+from clawlet.events import Pending
 from clawlet.inbox.agents import AgentConfigError, AgentInfo, OpenClawAgents
+from clawlet.inbox.approvals import (
+    ApprovalAlreadyDecided,
+    ApprovalNotPending,
+    InboxDecision,
+    InvalidInboxDecision,
+    approval_ids,
+    check,
+    decision_message,
+    reply_decision,
+)
 from clawlet.inbox.backends import ExecutionBackend, GatewayBackend, LocalBackend
 from clawlet.inbox.broadcaster import EventBroadcaster
 from clawlet.inbox.db import create_db_engine, migrate
-from clawlet.inbox.executor import TaskExecutor, now_ms
+from clawlet.inbox.executor import TaskExecutor, now_ms, task_json
 from clawlet.inbox.ids import new_ulid
 from clawlet.inbox.models import Message, Task, title_from
 from clawlet.inbox.repository import InboxRepository, TaskNotFound
@@ -39,14 +51,16 @@ SNIPPET_CONTEXT = 30
 @dataclass(frozen=True)
 class TaskListing:
     """A task as the list shows it: the seed's Task plus ``lastMessage`` (a preview of its newest
-    message) and, for a search, ``match`` (a snippet of the first matching message)."""
+    message), for a search ``match`` (a snippet of the first matching message), and for a waiting
+    task ``waitingFor``."""
 
     task: Task
     last_message: Message | None
     match: Message | None = None
+    waiting_for: tuple[Pending, ...] = ()
 
     def to_json(self, search: str | None = None) -> dict[str, Any]:
-        data = self.task.to_json()
+        data = task_json(self.task, list(self.waiting_for))
         if self.last_message is not None:
             data["lastMessage"] = {
                 "senderType": self.last_message.sender_type,
@@ -76,7 +90,7 @@ class UnknownAgent(LookupError):
 
 
 class TaskBusy(Exception):
-    """A follow-up message for a task that is still pending or running."""
+    """A follow-up message (or a decision) for a task that is still pending or running."""
 
 
 @dataclass
@@ -113,16 +127,28 @@ class InboxService:
             ids = [task.id for task in found]
             last = self.repository.last_messages(ids)
             matches = self.repository.first_matches(ids, search) if search else {}
-            return [TaskListing(task, last.get(task.id), matches.get(task.id)) for task in found]
+            return [
+                TaskListing(
+                    task,
+                    last.get(task.id),
+                    matches.get(task.id),
+                    tuple(self.executor.waiting_for_sync(task)) if task.status == "waiting" else (),
+                )
+                for task in found
+            ]
 
         return await asyncio.to_thread(load)
 
     async def get_task(self, task_id: str) -> Task:
         return await asyncio.to_thread(self.repository.require_task, task_id)
 
+    async def task_json(self, task: Task) -> dict[str, Any]:
+        """The Task's JSON (a waiting task's with ``waitingFor``)."""
+        return await self.executor.task_json(task)
+
     async def rename(self, task_id: str, title: str) -> Task:
         task = await asyncio.to_thread(self.repository.rename_task, task_id, title, now_ms())
-        self.broadcaster.publish("task.updated", task.to_json(), task_id)
+        self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
         return task
 
     async def cancel(self, task_id: str) -> Task:
@@ -133,6 +159,8 @@ class InboxService:
         await self.executor.abort_run(task)
         if not await asyncio.to_thread(self.repository.delete_task, task_id):
             raise TaskNotFound(task_id)
+        if task.status == "waiting":
+            await self.executor.drop_pending(task)  # its paused tool calls never run
         self.broadcaster.publish("task.deleted", {"id": task_id, "agentId": task.agent_id}, task_id)
 
     async def list_messages(self, task_id: str) -> list[Message]:
@@ -141,21 +169,67 @@ class InboxService:
 
     async def send_message(self, task_id: str, content: str) -> Message:
         """Save a follow-up and resume the task; refused (nothing saved) unless the task is
-        completed, failed or waiting."""
+        completed, failed or waiting. To a task whose run waits for the user the message is the
+        reply to the oldest pending item (:func:`~clawlet.inbox.approvals.reply_decision`: the
+        answer to a question, a rejection of a tool call) and continues that run; it never starts
+        a second one."""
         task = await self.get_task(task_id)
-        if task.status in ("pending", "running"):
-            raise TaskBusy(
-                f"task {task_id} is still {task.status}; wait for its reply or cancel it before sending more"
-            )
+        self._refuse_busy(task)
+        pending = await self.executor.waiting_for(task)
+        if pending:
+            item = pending[0]
+            decision = reply_decision(item, content)
+            return await self._resume(task_id, content, item.approval_id, decision, pending)
         now = now_ms()
         message = Message(new_ulid(now), task_id, "user", content, now)
         task = await asyncio.to_thread(
             self.repository.add_message_and_transition, message, "running", now, only_from=FOLLOW_UP_FROM
         )
         self.broadcaster.publish("message.created", message.to_json(), task_id)
-        self.broadcaster.publish("task.updated", task.to_json(), task_id)
+        self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
         self.executor.start(task_id, content, message.id, from_pending=False)
         return message
+
+    async def decide(
+        self, task_id: str, approval_id: str, decision: InboxDecision, message: str | None = None
+    ) -> Message:
+        """Decide one thing a waiting task waits for (``approve`` / ``reject`` a tool call,
+        ``answer`` / ``reject`` a question) and continue its run (``waiting → running``). The
+        decision is saved as the user's message. Checked before anything is saved: the task is not
+        busy (:class:`TaskBusy`), it waits for ``approval_id`` (:class:`ApprovalNotPending`,
+        :class:`ApprovalAlreadyDecided`), the decision fits (:class:`InvalidInboxDecision`)."""
+        task = await self.get_task(task_id)
+        self._refuse_busy(task)
+        pending = await self.executor.waiting_for(task)
+        item = next((found for found in pending if found.approval_id == approval_id), None)
+        if item is None:
+            decided = await asyncio.to_thread(self.executor.backend.decision_of, task, approval_id)
+            if decided:
+                raise ApprovalAlreadyDecided(task_id, approval_id, decided)
+            raise ApprovalNotPending(task_id, approval_id)
+        checked = check(item, decision, message)
+        return await self._resume(task_id, decision_message(checked), approval_id, checked, pending)
+
+    async def _resume(
+        self, task_id: str, content: str, approval_id: str, decision: Decision, pending: list[Pending]
+    ) -> Message:
+        now = now_ms()
+        message = Message(new_ulid(now), task_id, "user", content, now)
+        # compare-and-set: of two replies at once, one moves the task to running, the other is refused
+        task = await asyncio.to_thread(
+            self.repository.add_message_and_transition, message, "running", now, only_from=FOLLOW_UP_FROM
+        )
+        self.broadcaster.publish("message.created", message.to_json(), task_id)
+        self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
+        self.executor.resume(task_id, approval_id, decision, asked=approval_ids(pending))
+        return message
+
+    @staticmethod
+    def _refuse_busy(task: Task) -> None:
+        if task.status in ("pending", "running"):
+            raise TaskBusy(
+                f"task {task.id} is still {task.status}; wait for its reply or cancel it before sending more"
+            )
 
     async def list_agents(self) -> list[tuple[AgentInfo, int]]:
         agents = await asyncio.to_thread(self.agents.list_agents)
@@ -180,7 +254,16 @@ class InboxService:
         self.broadcaster.close_all()
 
 
-__all__ = ["InvalidTransition", "TaskBusy", "TaskNotFound", "UnknownAgent", "build_inbox"]
+__all__ = [
+    "ApprovalAlreadyDecided",
+    "ApprovalNotPending",
+    "InvalidInboxDecision",
+    "InvalidTransition",
+    "TaskBusy",
+    "TaskNotFound",
+    "UnknownAgent",
+    "build_inbox",
+]
 
 
 def build_backend(settings: Settings, workspaces: Workspaces) -> ExecutionBackend:

@@ -1,13 +1,16 @@
-"""``/api/v1/tasks``: create (and run), list, get, rename, cancel, delete; messages list and send.
+"""``/api/v1/tasks``: create (and run), list, get, rename, cancel, delete; messages list and send;
+decide what a waiting task waits for.
 
 Response shapes follow the seed exactly: a list is a plain ``Task[]`` (each also carrying a
 ``lastMessage`` preview, and a ``match`` snippet when searching with ``q``); sending a message
-answers ``{"ok": true}`` (the agent's reply arrives later over SSE).
+answers ``{"ok": true}`` (the agent's reply arrives later over SSE). A ``waiting`` task also carries
+``waitingFor`` (see :mod:`clawlet.inbox.approvals`); ``POST /tasks/{id}/approvals/{approvalId}``
+decides one item and answers ``{"ok": true}`` too.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -42,6 +45,16 @@ class SendMessage(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
 
     _content = field_validator("content")(_not_blank)
+
+
+class DecideRequest(BaseModel):
+    """A decision on one pending item: ``approve`` / ``reject`` a tool call, ``answer`` / ``reject``
+    a question; ``message`` is the answer, or the reason given with a rejection."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject", "answer"]
+    message: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
 
 
 class UpdateTask(BaseModel):
@@ -91,14 +104,14 @@ async def list_tasks(
 
 @router.get("/tasks/{task_id}")
 async def get_task(task_id: str, inbox: InboxDep) -> dict[str, Any]:
-    return (await inbox.get_task(task_id)).to_json()
+    return await inbox.task_json(await inbox.get_task(task_id))
 
 
 @router.patch("/tasks/{task_id}")
 async def update_task(task_id: str, body: UpdateTask, inbox: InboxDep) -> dict[str, Any]:
     if body.title is None:
-        return (await inbox.get_task(task_id)).to_json()
-    return (await inbox.rename(task_id, body.title)).to_json()
+        return await inbox.task_json(await inbox.get_task(task_id))
+    return await inbox.task_json(await inbox.rename(task_id, body.title))
 
 
 @router.post("/tasks/{task_id}/cancel")
@@ -120,4 +133,12 @@ async def list_messages(task_id: str, inbox: InboxDep) -> list[dict[str, Any]]:
 @router.post("/tasks/{task_id}/messages")
 async def send_message(task_id: str, body: SendMessage, inbox: InboxDep) -> dict[str, bool]:
     await inbox.send_message(task_id, body.content)
+    return {"ok": True}
+
+
+@router.post("/tasks/{task_id}/approvals/{approval_id}")
+async def decide(task_id: str, approval_id: str, body: DecideRequest, inbox: InboxDep) -> dict[str, bool]:
+    """Decide one item of the task's ``waitingFor``; the run continues (``waiting → running``) and
+    its reply arrives over SSE, like a message's."""
+    await inbox.decide(task_id, approval_id, body.decision, body.message)
     return {"ok": True}

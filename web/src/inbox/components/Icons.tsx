@@ -33,3 +33,9 @@ export const BellIcon = ({ off = false }: { off?: boolean }) => (
 export const InboxIcon = () => (
   <Svg><path d="M4 13h4l2 3h4l2-3h4M5 5h14l1 8v6H4v-6l1-8z" /></Svg>
 )
+export const LockIcon = ({ size = 18 }: { size?: number }) => (
+  <Svg size={size}><rect x="5" y="11" width="14" height="10" rx="2" /><path d="M8 11V7a4 4 0 018 0v4" /></Svg>
+)
+export const QuestionIcon = ({ size = 16 }: { size?: number }) => (
+  <Svg size={size}><circle cx="12" cy="12" r="9" /><path d="M9.5 9.5a2.5 2.5 0 014.8 1c0 1.7-2.3 2-2.3 3.5M12 17h.01" /></Svg>
+)

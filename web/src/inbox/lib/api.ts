@@ -2,7 +2,7 @@
 // message ({"error": {"code", "message", "details"}}); a network failure has code "network".
 // Requests go through auth.fetch: the bearer token when signed in; a 401 signs out.
 import { auth } from '../../lib/auth'
-import type { Agent, Message, Model, Task, TaskStatus } from './types'
+import type { Agent, Decision, Message, Model, Task, TaskStatus } from './types'
 
 export class ApiError extends Error {
   constructor(
@@ -112,6 +112,9 @@ export const api = {
   deleteTask: (id: string) => request<void>('DELETE', `/tasks/${enc(id)}`),
   messages: (id: string) => request<Message[]>('GET', `/tasks/${enc(id)}/messages`),
   sendMessage: (id: string, content: string) => request<{ ok: boolean }>('POST', `/tasks/${enc(id)}/messages`, { content }),
+  /** Decide what a waiting task waits for: approve / reject a tool call, answer / reject a question. */
+  decide: (id: string, approvalId: string, decision: Decision, message?: string) =>
+    request<{ ok: boolean }>('POST', `/tasks/${enc(id)}/approvals/${enc(approvalId)}`, message ? { decision, message } : { decision }),
 }
 
 /** The agent id rule, the same as the server's. */

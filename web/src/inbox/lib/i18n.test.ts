@@ -45,5 +45,16 @@ describe('error messages', () => {
     expect(errorText(zh, { code: 'task_busy', message: 'x' })).toMatch(/仍在处理/)
     expect(errorText(t, { code: 'invalid_request', message: 'title must not be blank' })).toMatch(/title must not be blank/)
     expect(errorText(t, new Error('boom'))).toBe('The request failed: boom')
+    expect(errorText(t, { code: 'approval_decided', message: 'x' })).toMatch(/already answered/)
+    expect(errorText(zh, { code: 'approval_not_found', message: 'x' })).toBe('Agent 已不再等待此项回复。')
+    expect(errorText(t, { code: 'invalid_decision', message: 'an answer needs a non-empty message' })).toMatch(/non-empty/)
+  })
+})
+
+describe('approval strings', () => {
+  it('name the tool in both languages', () => {
+    expect(t('approvalTitle', { tool: 'terminal' })).toBe('Allow terminal to run?')
+    expect(zh('approvalTitle', { tool: 'terminal' })).toBe('允许运行 terminal 吗？')
+    expect([zh('approve'), zh('reject'), zh('statusWaiting'), zh('filterWaiting')]).toEqual(['批准', '拒绝', '需回复', '需回复'])
   })
 })

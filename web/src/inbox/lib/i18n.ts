@@ -112,6 +112,16 @@ const en = {
   statusCompleted: 'Completed',
   statusFailed: 'Failed',
   statusCancelled: 'Cancelled',
+  approvalTitle: 'Allow {tool} to run?',
+  approve: 'Approve',
+  reject: 'Reject',
+  rejectReasonPlaceholder: 'Reason for rejecting (optional)',
+  approvalHint: 'Nothing runs until you approve. A reason you type is sent with Reject.',
+  questionWaiting: 'The agent is waiting for your answer',
+  answerPlaceholder: 'Type your answer… (Enter to send)',
+  errApprovalDecided: 'This was already answered; the task shows what happened.',
+  errApprovalGone: 'The agent is no longer waiting for this.',
+  errInvalidDecision: 'That reply does not fit: {message}',
 }
 
 export type MessageKey = keyof typeof en
@@ -221,6 +231,16 @@ const zh: Record<MessageKey, string> = {
   statusCompleted: '已完成',
   statusFailed: '失败',
   statusCancelled: '已取消',
+  approvalTitle: '允许运行 {tool} 吗？',
+  approve: '批准',
+  reject: '拒绝',
+  rejectReasonPlaceholder: '拒绝理由（可选）',
+  approvalHint: '你批准之前不会运行任何东西。填写的理由会随“拒绝”一起发送。',
+  questionWaiting: 'Agent 正在等待你的回答',
+  answerPlaceholder: '输入你的回答…（Enter 发送）',
+  errApprovalDecided: '此项已经回答过了；任务中显示了结果。',
+  errApprovalGone: 'Agent 已不再等待此项回复。',
+  errInvalidDecision: '该回复不适用：{message}',
 }
 
 const dictionaries: Record<Lang, Record<MessageKey, string>> = { en, zh }
@@ -285,6 +305,12 @@ export function errorText(t: Translate, error: unknown): string {
         return t('errInvalidTransition')
       case 'task_not_found':
         return t('errTaskGone')
+      case 'approval_decided':
+        return t('errApprovalDecided')
+      case 'approval_not_found':
+        return t('errApprovalGone')
+      case 'invalid_decision':
+        return t('errInvalidDecision', { message })
       case 'agent_not_found':
         return t('errAgentGone')
       case 'agent_exists':

@@ -6,11 +6,12 @@ import {
   finishedRun,
   initialState,
   optimisticMessage,
+  pendingItem,
   reducer,
   sortTasks,
 } from './reducer'
 import type { Action, InboxState } from './reducer'
-import type { Agent, Message, Task, TaskStatus } from './types'
+import type { Agent, Message, Pending, Task, TaskStatus } from './types'
 
 function run(state: InboxState, ...actions: Action[]): InboxState {
   return actions.reduce(reducer, state)
@@ -227,5 +228,43 @@ describe('connection and events', () => {
     expect(finishedRun(undefined, 'completed')).toBe(false)
     expect(finishedRun('completed', 'completed')).toBe(false)
     expect(finishedRun('running', 'cancelled')).toBe(false)
+  })
+})
+
+describe('waiting tasks', () => {
+  const approval: Pending = {
+    kind: 'tool', approvalId: 'ap1', tool: 'terminal', args: { command: 'ls' }, input: 'ls', allowedDecisions: ['approve', 'reject'],
+  }
+  const question: Pending = { kind: 'question', approvalId: 'q1', question: 'Which colour?', allowedDecisions: ['answer', 'reject'] }
+
+  it('a waiting task carries what it waits for; the next update without it clears it', () => {
+    let s = run(empty(), { type: 'ADD_TASK', task: task('a', { status: 'running', updatedAt: 1 }) })
+    s = run(s, { type: 'UPDATE_TASK', task: task('a', { status: 'waiting', updatedAt: 2, waitingFor: [approval] }) })
+    expect(pendingItem(s.tasks[0])).toEqual(approval)
+    s = run(s, { type: 'UPDATE_TASK', task: task('a', { status: 'running', updatedAt: 3 }) })
+    expect(s.tasks[0].waitingFor).toBeUndefined()
+    expect(pendingItem(s.tasks[0])).toBeUndefined()
+  })
+
+  it('a poll answering the same task with another pending item re-renders, an identical one does not', () => {
+    let s = run(empty(), { type: 'SET_TASKS', tasks: [task('a', { status: 'waiting', updatedAt: 2, waitingFor: [approval] })], agentId: 'main' })
+    const same = run(s, { type: 'UPDATE_TASK', task: task('a', { status: 'waiting', updatedAt: 2, waitingFor: [{ ...approval }] }) })
+    expect(same).toBe(s)
+    s = run(s, { type: 'UPDATE_TASK', task: task('a', { status: 'waiting', updatedAt: 2, waitingFor: [question] }) })
+    expect(pendingItem(s.tasks[0])).toEqual(question)
+  })
+
+  it('only a waiting task asks (a stale waitingFor on another status is ignored), and the oldest item first', () => {
+    expect(pendingItem(task('a', { status: 'completed', waitingFor: [approval] }))).toBeUndefined()
+    expect(pendingItem(task('a', { status: 'waiting', waitingFor: [question, approval] }))).toEqual(question)
+    expect(pendingItem(task('a', { status: 'waiting' }))).toBeUndefined()
+    expect(pendingItem(undefined)).toBeUndefined()
+  })
+
+  it('the Needs reply tab shows waiting tasks only', () => {
+    const s = run(empty(), { type: 'SET_TASKS', agentId: 'main', tasks: [
+      task('w', { status: 'waiting', waitingFor: [question] }), task('r', { status: 'running' }), task('c'),
+    ] })
+    expect(agentTasks(s, 'main', 'waiting').map((t) => t.id)).toEqual(['w'])
   })
 })

@@ -7,7 +7,7 @@
 // - Older copies of a task (a poll answered before an SSE update) never overwrite newer ones,
 //   and a deleted task is not brought back by a poll that was already on its way.
 import type { Lang } from '../../lib/i18n'
-import type { Agent, ClientMessage, Message, MessagePreview, Model, Task, TaskStatus } from './types'
+import type { Agent, ClientMessage, Message, MessagePreview, Model, Pending, Task, TaskStatus } from './types'
 
 export type Connection = 'connecting' | 'open' | 'closed'
 
@@ -151,12 +151,18 @@ function preview(message: Message): MessagePreview {
   return { senderType: message.senderType, content: message.content.slice(0, 140), timestamp: message.timestamp }
 }
 
-/** `incoming` merged over `existing`: list-only fields survive an update that lacks them. */
+/** `incoming` merged over `existing`: list-only fields survive an update that lacks them
+ * (`waitingFor` does not: the server sends it with every copy of a waiting task). */
 function merge(existing: Task, incoming: Task): Task {
   const merged: Task = { ...existing, ...incoming }
   if (!incoming.lastMessage && existing.lastMessage) merged.lastMessage = existing.lastMessage
   if (!incoming.match) delete merged.match
+  if (!incoming.waitingFor) delete merged.waitingFor
   return merged
+}
+
+function pendingKey(task: Task): string {
+  return (task.waitingFor ?? []).map((item) => item.approvalId).join(',')
 }
 
 function sameTask(a: Task, b: Task): boolean {
@@ -168,7 +174,8 @@ function sameTask(a: Task, b: Task): boolean {
     a.completedAt === b.completedAt &&
     a.agentId === b.agentId &&
     a.lastMessage === b.lastMessage &&
-    a.match === b.match
+    a.match === b.match &&
+    pendingKey(a) === pendingKey(b)
   )
 }
 
@@ -407,6 +414,11 @@ export function matchesFilter(task: Task, filter: Filter): boolean {
 
 export function agentTasks(state: InboxState, agentId: string, filter: Filter = 'all'): Task[] {
   return sortTasks(state.tasks.filter((task) => task.agentId === agentId && matchesFilter(task, filter)))
+}
+
+/** What the task detail asks the user about: the oldest item a waiting task waits for. */
+export function pendingItem(task: Task | undefined): Pending | undefined {
+  return task?.status === 'waiting' ? task.waitingFor?.[0] : undefined
 }
 
 /** The statuses that end a run (what a notification reports). */

@@ -12,7 +12,7 @@ import { pageHidden, permission, requestPermission, showNotification } from './n
 import type { Permission } from './notify'
 import { finishedRun, initialState, optimisticMessage, reducer } from './reducer'
 import type { Action, InboxState, Notice } from './reducer'
-import type { Agent, ClientMessage, Task, TaskStatus } from './types'
+import type { Agent, ClientMessage, Decision, Pending, Task, TaskStatus } from './types'
 
 export const STORAGE_KEY = 'clawlet-inbox'
 /** How many tasks a list asks for (the server allows up to 500). */
@@ -40,6 +40,9 @@ export interface InboxActions {
   createAgent(agent: NewAgent): Promise<Agent>
   createTask(agentId: string, content: string): Promise<Task>
   sendMessage(taskId: string, content: string): Promise<void>
+  /** Decide what a waiting task waits for; an answer shows at once as the user's message.
+   * Resolves false (and says why) when the server refused it. */
+  decide(taskId: string, item: Pending, decision: Decision, message?: string): Promise<boolean>
   retryMessage(message: ClientMessage): Promise<void>
   renameTask(taskId: string, title: string): Promise<void>
   cancelTask(taskId: string): Promise<void>
@@ -179,6 +182,22 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         return task
       },
       sendMessage: send,
+      decide: async (taskId: string, item: Pending, decision: Decision, message?: string) => {
+        // an answer is saved verbatim as the user's message, so it can show at once; approve and
+        // reject are saved as "✅ Approved" / "🚫 Rejected: …" and arrive from the server
+        const shown = decision === 'answer' && message ? optimisticMessage(taskId, message) : null
+        if (shown) dispatch({ type: 'ADD_MESSAGE', message: shown })
+        let ok = true
+        try {
+          await api.decide(taskId, item.approvalId, decision, message)
+        } catch (error) {
+          if (shown) dispatch({ type: 'REMOVE_MESSAGE', taskId, id: shown.id })
+          fail(error)
+          ok = false
+        }
+        void Promise.all([loadMessages(taskId), loadTask(taskId)]).catch(() => undefined)
+        return ok
+      },
       retryMessage: async (message: ClientMessage) => {
         dispatch({ type: 'REMOVE_MESSAGE', taskId: message.taskId, id: message.id })
         await send(message.taskId, message.content)

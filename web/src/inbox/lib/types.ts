@@ -28,6 +28,28 @@ export interface MessagePreview {
   timestamp: number
 }
 
+/** A tool call waiting for the user's approval before it runs. */
+export interface ToolApproval {
+  kind: 'tool'
+  approvalId: string
+  tool: string
+  args: Record<string, unknown>
+  /** The arguments as people read them (a command, code, a path…). */
+  input: string
+  allowedDecisions: Decision[]
+}
+
+/** A question the agent asked the user (the ask_user tool). */
+export interface AgentQuestion {
+  kind: 'question'
+  approvalId: string
+  question: string
+  allowedDecisions: Decision[]
+}
+
+export type Pending = ToolApproval | AgentQuestion
+export type Decision = 'approve' | 'reject' | 'answer'
+
 export interface Task {
   id: string
   agentId: string
@@ -41,6 +63,8 @@ export interface Task {
   lastMessage?: MessagePreview
   /** In a search result: the first matching message. */
   match?: { messageId: string; snippet: string }
+  /** A waiting task: what its run waits for (oldest first); absent otherwise. */
+  waitingFor?: Pending[]
 }
 
 export interface Message {

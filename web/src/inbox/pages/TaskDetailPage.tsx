@@ -1,17 +1,20 @@
 // Page 3 (`/inbox/agents/:agentId/tasks/:taskId`): the task's conversation. The title renames in
 // place (Enter saves, Esc cancels); the user's messages appear at once (optimistic) and are
 // replaced by the server's copies; the reply streams in as it is written. Polls every 3 s (§8.4).
+// A waiting task ("Needs reply") shows its question as the agent's last message; the footer then
+// answers it: a text answer for a question, Approve / Reject buttons for a tool call.
 import { useEffect, useLayoutEffect, useRef, useState } from 'react'
 import type { KeyboardEvent } from 'react'
 import { Link, useParams } from 'react-router-dom'
 import { AppBar } from '../components/AppBar'
+import { ApprovalCard } from '../components/ApprovalCard'
 import { Composer } from '../components/Composer'
-import { StopIcon } from '../components/Icons'
+import { QuestionIcon, StopIcon } from '../components/Icons'
 import { MessageBubble, TypingBubble } from '../components/MessageBubble'
 import { TaskStatusBadge } from '../components/TaskStatusBadge'
 import { ApiError, TITLE_MAX } from '../lib/api'
 import { errorText } from '../lib/i18n'
-import { isTemp } from '../lib/reducer'
+import { isTemp, pendingItem } from '../lib/reducer'
 import { useInbox, usePolling } from '../lib/store'
 import type { Task } from '../lib/types'
 
@@ -38,6 +41,7 @@ export function TaskDetailPage() {
   const messages = state.messagesByTask[taskId]
   const streamed = state.drafts[taskId]
   const busy = task?.status === 'running' || task?.status === 'pending'
+  const waitingFor = pendingItem(task)
   const sendingNow = messages?.some((message) => message.pending === 'sending') ?? false
   const lastServer = messages?.filter((message) => !isTemp(message)).at(-1)
   const showTyping = streamed !== undefined || (busy && lastServer?.senderType !== 'agent') || sendingNow
@@ -67,6 +71,13 @@ export function TaskDetailPage() {
     const content = draft.trim()
     if (!content || !task || busy) return
     setDraft('')
+    if (waitingFor?.kind === 'question') {
+      // the answer to the agent's question (kept in the box if the server refuses it)
+      void actions.decide(taskId, waitingFor, 'answer', content).then((ok) => {
+        if (!ok) setDraft((current) => current || content)
+      })
+      return
+    }
     void actions.sendMessage(taskId, content)
   }
 
@@ -90,15 +101,23 @@ export function TaskDetailPage() {
       <footer className="footer">
         {task?.status === 'cancelled' ? (
           <p className="cancelled-note" data-testid="cancelled-note">{t('cancelledNote')}</p>
+        ) : waitingFor?.kind === 'tool' ? (
+          <ApprovalCard key={waitingFor.approvalId} taskId={taskId} item={waitingFor} />
         ) : (
+          <>
+          {waitingFor?.kind === 'question' && (
+            <p className="question-note" data-testid="question-note"><QuestionIcon /><span>{t('questionWaiting')}</span></p>
+          )}
           <Composer value={draft} onChange={setDraft} onSubmit={send} canSend={!!task && !busy}
-            placeholder={busy ? t('busyPlaceholder') : t('replyPlaceholder')} sendLabel={t('send')} testId="reply"
+            placeholder={busy ? t('busyPlaceholder') : waitingFor ? t('answerPlaceholder') : t('replyPlaceholder')}
+            sendLabel={t('send')} testId="reply"
             action={busy ? (
               <button type="button" className="send-btn stop" onClick={() => void actions.cancelTask(taskId)}
                 aria-label={t('stopTask')} title={t('stopTask')} data-testid="stop-task">
                 <StopIcon />
               </button>
             ) : undefined} />
+          </>
         )}
       </footer>
     </div>

@@ -1,0 +1,183 @@
+"""Waiting tasks in the mobile inbox (issue 9), in a real browser at a phone's size (390×844, touch)
+against a real ``clawlet serve`` with the demo model: a task whose agent asks a question
+(``ask: …``) lands in "Needs reply", is opened and answered, and completes; a tool call waiting for
+approval (``terminal`` set to ``ask``) is approved from the phone and runs exactly once; in Chinese
+one is rejected with a reason and never runs. No console errors.
+
+Screenshots: ``inbox-waiting.png`` (the approval card), ``inbox-waiting-list.png``,
+``inbox-waiting-question.png``, ``inbox-waiting-zh.png``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+from tests.e2e.conftest import Server, screenshot
+
+LIVE = 30_000  # ms: a demo reply takes well under a second, but the machine may be busy
+
+
+def create_task(server: Server, content: str, agent_id: str = "main") -> dict[str, Any]:
+    response = server.api("POST", "/api/v1/tasks", json={"content": content, "agentId": agent_id})
+    assert response.status_code == 201, response.text
+    task: dict[str, Any] = response.json()
+    return task
+
+
+def wait_status(server: Server, task_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        task: dict[str, Any] = server.api("GET", f"/api/v1/tasks/{task_id}").json()
+        if task["status"] in statuses:
+            return task
+        assert time.monotonic() < deadline, f"task {task_id} is {task['status']}, not {statuses}"
+        time.sleep(0.1)
+
+
+def set_terminal_policy(server: Server, policy: str) -> None:
+    response = server.api("PUT", "/api/config/tool-approvals", json={"policies": {"terminal": policy}})
+    assert response.status_code == 200, response.text
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def header_badge(page: Page) -> Any:
+    return page.locator(".appbar").get_by_test_id("status-badge")
+
+
+def test_a_question_goes_to_needs_reply_and_the_answer_completes_it(
+    mobile_page: Page, server: Server
+) -> None:
+    page = mobile_page
+    page.goto(f"{server.url}/inbox/agents/main")
+    expect(page.get_by_test_id("agent-inbox-page")).to_be_visible()
+    box = page.get_by_test_id("new-task")
+    box.fill("ask: Which city should I book the hotel in?")
+    box.press("Enter")
+    expect(box).to_have_value("")
+
+    # the run pauses: the task needs a reply, and the "Needs reply" tab shows it
+    row = page.get_by_test_id("task-item").first
+    expect(row).to_have_attribute("data-status", "waiting", timeout=LIVE)
+    expect(row.get_by_test_id("status-badge")).to_have_text("Needs reply")
+    task_id = row.get_attribute("data-task-id")
+    page.get_by_test_id("filter-waiting").click()
+    expect(page.get_by_test_id("filter-waiting")).to_have_attribute("aria-selected", "true")
+    expect(page.get_by_test_id("filter-waiting")).to_contain_text("1")
+    waiting_rows = page.get_by_test_id("task-item")
+    expect(waiting_rows).to_have_count(1)
+    expect(waiting_rows.first).to_have_attribute("data-task-id", task_id or "")
+    expect(waiting_rows.first.get_by_test_id("task-preview")).to_contain_text("Which city")
+    screenshot(page, "inbox-waiting-list")
+
+    # the detail: the question is the agent's message; the composer answers it
+    waiting_rows.first.click()
+    expect(page).to_have_url(f"{server.url}/inbox/agents/main/tasks/{task_id}")
+    expect(header_badge(page)).to_have_attribute("data-status", "waiting")
+    question = page.get_by_test_id("agent-bubble")
+    expect(question).to_have_count(1)
+    expect(question).to_contain_text("❓ Which city should I book the hotel in?")
+    expect(page.get_by_test_id("question-note")).to_have_text("The agent is waiting for your answer")
+    answer = page.get_by_test_id("reply")
+    expect(answer).to_have_attribute("placeholder", "Type your answer… (Enter to send)")
+    expect(page.get_by_test_id("approval-card")).to_have_count(0)
+    screenshot(page, "inbox-waiting-question")
+
+    answer.fill("Hangzhou, near the West Lake")
+    answer.press("Enter")
+    expect(answer).to_have_value("")
+    users = page.get_by_test_id("user-bubble")
+    expect(users.nth(1).get_by_test_id("bubble-text")).to_have_text("Hangzhou, near the West Lake")
+    expect(header_badge(page)).to_have_attribute("data-status", "completed", timeout=LIVE)
+    replies = page.get_by_test_id("agent-bubble")
+    expect(replies).to_have_count(2)
+    expect(replies.nth(1).get_by_test_id("bubble-text")).to_have_text(
+        "[demo] You answered: Hangzhou, near the West Lake"
+    )
+    expect(users).to_have_count(2)  # the answer shows once (its optimistic copy was replaced)
+    expect(page.get_by_test_id("question-note")).to_have_count(0)
+    expect(page.get_by_test_id("reply")).to_have_attribute(
+        "placeholder", "Continue the conversation… (Enter to send, Shift+Enter for a new line)"
+    )
+
+    # back in the inbox the Needs reply tab is empty again
+    page.get_by_test_id("back").click()
+    expect(page.get_by_test_id("task-item").first).to_have_attribute("data-status", "completed")
+    page.get_by_test_id("filter-waiting").click()
+    expect(page.get_by_test_id("tasks-empty")).to_have_text("No tasks here.")
+
+
+def test_a_tool_call_is_approved_from_the_phone_and_runs_once(mobile_page: Page, server: Server) -> None:
+    set_terminal_policy(server, "ask")
+    side = server.home / "phone.txt"
+    try:
+        command = "echo from-the-phone >> phone.txt && wc -l < phone.txt"
+        task = create_task(server, f"run: {command}")
+        wait_status(server, task["id"], "waiting")
+        assert not side.exists(), "the command ran before it was approved"
+
+        page = mobile_page
+        page.goto(f"{server.url}/inbox/agents/main/tasks/{task['id']}")
+        card = page.get_by_test_id("approval-card")
+        expect(card).to_be_visible()
+        expect(card.get_by_test_id("approval-title")).to_have_text("Allow terminal to run?")
+        expect(card.get_by_test_id("approval-input")).to_have_text(command)
+        expect(card.get_by_test_id("approve-button")).to_have_text("Approve")
+        expect(card.get_by_test_id("reject-button")).to_have_text("Reject")
+        expect(page.get_by_test_id("reply")).to_have_count(0)  # buttons decide, not the text box
+        bubble = page.get_by_test_id("agent-bubble")
+        expect(bubble).to_contain_text("May I run terminal with this input?")
+        expect(bubble.locator("pre code")).to_have_text(command)  # Markdown: a code block
+        # the card fits the phone's width (nothing scrolls sideways)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        screenshot(page, "inbox-waiting")
+
+        card.get_by_test_id("approve-button").tap()
+        expect(header_badge(page)).to_have_attribute("data-status", "completed", timeout=LIVE)
+        expect(page.get_by_test_id("approval-card")).to_have_count(0)
+        expect(page.get_by_test_id("user-bubble").nth(1).get_by_test_id("bubble-text")).to_have_text(
+            "✅ Approved"
+        )
+        reply = page.get_by_test_id("agent-bubble").nth(1)
+        expect(reply).to_contain_text("returned")
+        expect(reply.locator("pre code")).to_have_text("1")
+        assert lines_of(side) == ["from-the-phone"]  # exactly once
+    finally:
+        set_terminal_policy(server, "allow")
+
+
+def test_rejected_in_chinese_with_a_reason_it_never_runs(
+    new_mobile_page: Callable[..., Page], server: Server
+) -> None:
+    set_terminal_policy(server, "ask")
+    side = server.home / "rejected.txt"
+    try:
+        task = create_task(server, "run: echo no > rejected.txt")
+        wait_status(server, task["id"], "waiting")
+        page = new_mobile_page(locale="zh-CN")
+        page.goto(f"{server.url}/inbox/agents/main/tasks/{task['id']}")
+        card = page.get_by_test_id("approval-card")
+        expect(card.get_by_test_id("approval-title")).to_have_text("允许运行 terminal 吗？")
+        expect(header_badge(page)).to_have_text("需回复")
+        reason = card.get_by_test_id("reject-reason")
+        expect(reason).to_have_attribute("placeholder", "拒绝理由（可选）")
+        reason.fill("不要在我的电脑上运行")
+        reason.press("Enter")  # Enter decides nothing
+        expect(card).to_be_visible()
+        screenshot(page, "inbox-waiting-zh")
+        card.get_by_test_id("reject-button").tap()
+        expect(header_badge(page)).to_have_text("已完成", timeout=LIVE)
+        expect(page.get_by_test_id("user-bubble").nth(1).get_by_test_id("bubble-text")).to_have_text(
+            "🚫 Rejected: 不要在我的电脑上运行"
+        )
+        expect(page.get_by_test_id("agent-bubble").nth(1)).to_contain_text("不要在我的电脑上运行")
+        assert not side.exists()
+    finally:
+        set_terminal_policy(server, "allow")
