@@ -190,12 +190,7 @@ class LocalBackend:
         return self._services(task.agent_id).sessions.waiting_for(task_session_name(task.id))
 
     def decision_of(self, task: Task, approval_id: str) -> str | None:
-        # the runtime keeps decided ids in its approval store (read-only use here)
-        record = self._services(task.agent_id).sessions.approvals.load(task_session_name(task.id))
-        for done in reversed(record.decided):
-            if done.get("approval_id") == approval_id:
-                return str(done.get("decision", ""))
-        return None
+        return self._services(task.agent_id).sessions.decision_of(task_session_name(task.id), approval_id)
 
     async def drop_pending(self, task: Task) -> None:
         sessions = self._services(task.agent_id).sessions

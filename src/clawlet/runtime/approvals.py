@@ -101,6 +101,13 @@ class ApprovalRecord:
     def decided_ids(self) -> set[str]:
         return {str(item.get("approval_id")) for item in self.decided}
 
+    def decision_of(self, approval_id: str) -> str | None:
+        """How ``approval_id`` was decided (the newest record), or ``None`` if it was not."""
+        for done in reversed(self.decided):
+            if done.get("approval_id") == approval_id:
+                return str(done.get("decision", ""))
+        return None
+
     def waiting_for(self) -> list[Pending]:
         """The pending items not decided yet."""
         if self.pending is None:

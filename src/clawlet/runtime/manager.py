@@ -277,6 +277,11 @@ class SessionManager:
     def is_waiting(self, session_id: str) -> bool:
         return bool(self.waiting_for(session_id))
 
+    def decision_of(self, session_id: str, approval_id: str) -> str | None:
+        """How an approval of the session was decided (``approve``, ``reject``, ``answer``,
+        ``cancelled``, …), or ``None`` if it was not. Read from disk."""
+        return self.approvals.load(session_id).decision_of(approval_id)
+
     async def _adapter(self, session_id: str, config: RunConfig) -> RuntimeAdapter:
         adapter = self.adapters.get(session_id)
         if adapter is None:
@@ -358,9 +363,9 @@ class SessionManager:
         self.runs[session_id] = run  # reserved at once: a second decision meanwhile is refused
         try:
             record = await asyncio.to_thread(self.approvals.load, session_id)
-            for done in record.decided:
-                if done.get("approval_id") == approval_id:
-                    raise ApprovalDecided(approval_id, str(done.get("decision", "")))
+            decided = record.decision_of(approval_id)
+            if decided is not None:
+                raise ApprovalDecided(approval_id, decided)
             waiting = record.waiting_for()
             item = next((found for found in waiting if found.approval_id == approval_id), None)
             paused = record.pending
