@@ -318,6 +318,8 @@ def test_the_agent_asks_a_question_and_the_answer_resumes_it(server: LiveServer)
     assert question["question"] == "which colour do you like?"
     assert question["allowed_decisions"] == ["answer", "reject"]
     assert one(events, "waiting")["pending"][0]["kind"] == "question"
+    listed = {item["id"]: item["waiting"] for item in httpx.get(f"{server.url}/api/sessions").json()}
+    assert listed["q1"] is True  # the session list says which sessions wait
     assert_error(decide(server, "q1", question["approval_id"], decision="approve"), 422, "invalid_decision")
     assert_error(decide(server, "q1", question["approval_id"], decision="answer"), 422, "invalid_request")
     continued = decide_ok(server, "q1", question["approval_id"], decision="answer", message="green")
@@ -328,6 +330,9 @@ def test_the_agent_asks_a_question_and_the_answer_resumes_it(server: LiveServer)
         {"tool": "ask_user", "input": "which colour do you like?", "output": "green"}
     ]
     assert len(stored) == 3
+    assert {item["id"]: item["waiting"] for item in httpx.get(f"{server.url}/api/sessions").json()}[
+        "q1"
+    ] is False
 
     declined = one(chat(server, "q2", "ask: your age?"), "question")["approval_id"]
     continued = decide_ok(server, "q2", declined, decision="reject", message="rather not say")

@@ -207,6 +207,8 @@ def test_a_waiting_chat_survives_a_reload(page: Page, server: Server) -> None:
     expect_waiting(page)
 
     page.reload()
+    badge = page.locator(f'[data-session-id="{session_id}"] [data-testid="session-waiting"]')
+    expect(badge).to_be_visible(timeout=SLOW)  # the session list says it waits
     page.locator(f'[data-session-id="{session_id}"] .session-title').click()
     card = page.get_by_test_id("approval-card")
     expect(card).to_be_visible(timeout=SLOW)
@@ -225,6 +227,8 @@ def test_a_waiting_chat_survives_a_reload(page: Page, server: Server) -> None:
     assert read_when(target, "after-reload\n") == "after-reload\n"
     # the finished chat, opened again, has no card and does not wait
     page.reload()
+    expect(page.locator(f'[data-session-id="{session_id}"]')).to_be_visible()
+    expect(badge).to_have_count(0)
     page.locator(f'[data-session-id="{session_id}"] .session-title').click()
     expect(page.get_by_test_id("tool-output")).to_have_text("(no output)")
     expect(page.get_by_test_id("approval-card")).to_have_count(0)

@@ -252,3 +252,20 @@ describe('the argument editor', () => {
     expect(renderToolInput({ a: 1, b: 'x' })).toBe('{"a":1,"b":"x"}')
   })
 })
+
+describe('waiting sessions in the session list', () => {
+  it('marks the sessions the server says are waiting, and clears the ones that no longer are', () => {
+    const base = { created_at: 1, updated_at: 1, message_count: 2, title: '' }
+    let state = reducer(initialState(), {
+      type: 'sessions',
+      sessions: [
+        { ...base, id: 'a', waiting: true },
+        { ...base, id: 'b', waiting: false },
+      ],
+    })
+    expect(state.waiting).toEqual({ a: true, b: false })
+    state = reducer(state, { type: 'sessions', sessions: [{ ...base, id: 'a', waiting: false }, { ...base, id: 'c' }] })
+    expect(state.waiting.a).toBe(false)
+    expect(state.waiting.c).toBeUndefined()
+  })
+})

@@ -338,8 +338,12 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
 
 export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
   switch (action.type) {
-    case 'sessions':
-      return { ...state, sessions: action.sessions }
+    case 'sessions': {
+      // the server says which sessions wait, also ones this page has not opened
+      const waiting = { ...state.waiting }
+      for (const s of action.sessions) if (s.waiting !== undefined) waiting[s.id] = s.waiting
+      return { ...state, sessions: action.sessions, waiting }
+    }
     case 'session_added':
       return { ...state, sessions: [action.session, ...state.sessions.filter((s) => s.id !== action.session.id)] }
     case 'session_renamed':

@@ -6,6 +6,8 @@ export interface SessionSummary {
   created_at: number
   updated_at: number
   message_count: number
+  /** the session waits for an approval or an answer (GET /api/sessions) */
+  waiting?: boolean
 }
 
 export interface StoredToolCall {

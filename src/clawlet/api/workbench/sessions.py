@@ -64,7 +64,12 @@ def summary(session_id: str, data: SessionData) -> dict[str, Any]:
 
 @router.get("/sessions")
 def list_sessions(services: ServicesDep) -> list[dict[str, Any]]:
-    return services.transcripts.list_sessions()
+    """Every session, newest first, each with ``waiting``: whether it waits for an approval or an
+    answer (so a client marks waiting sessions without opening them)."""
+    return [
+        {**item, "waiting": services.sessions.is_waiting(item["id"])}
+        for item in services.transcripts.list_sessions()
+    ]
 
 
 @router.post("/sessions", status_code=201)
