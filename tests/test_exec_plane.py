@@ -11,6 +11,7 @@ missing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ from clawlet.cluster.session_process import (
     encode_event,
     make_long_term_memory_tool,
     make_remote_mcp_tool,
+    start_slots,
 )
 from clawlet.config import Settings
 from clawlet.events import (
@@ -391,8 +393,9 @@ async def test_two_sessions_run_at_the_same_time_in_their_own_processes(
 async def test_sessions_started_together_all_start(
     plane: ScriptedControlPlane, make_plane: MakePlane
 ) -> None:
-    """They open the shared home's SQLite indexes at the same moment (once: "database is locked")."""
-    exec_plane = await make_plane()
+    """They open the shared home's SQLite indexes at the same moment (once: "database is locked"),
+    and no more than ``start_concurrency`` start at once (the others wait for a slot)."""
+    exec_plane = await make_plane(options=dataclasses.replace(FAST, start_concurrency=2))
     names = [f"s{i}" for i in range(4)]
     for sid in names:
         await plane.start_session(sid)
@@ -402,6 +405,7 @@ async def test_sessions_started_together_all_start(
         (final,) = await wait_finals(plane, sid, timeout=30)
         assert final["type"] == "execution_complete", final
     assert len(set(exec_plane.session_pids().values())) == 4
+    assert start_slots().most == 2 and start_slots().starting == 0
 
 
 async def test_a_killed_session_process_fails_only_its_own_turn(

@@ -64,7 +64,8 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
@@ -234,6 +235,10 @@ class ProcessOptions:
     python: str = sys.executable
     start_timeout: float = 60.0
     """From spawning to ``ready`` (importing LangChain and building the engine)."""
+    start_concurrency: int = max(2, os.cpu_count() or 2)
+    """Session processes starting at once (each start takes about a CPU-second of imports; more
+    at once only slows every one of them down — past ``start_timeout`` with ~80 on 2 cores). The
+    rest wait their turn; ``start_timeout`` counts from the spawn."""
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
     """Silence after which the process counts as hung and is killed."""
@@ -476,6 +481,10 @@ class ProcessSessionAdapter(RuntimeAdapter):
             await self._spawn_process()
 
     async def _spawn_process(self) -> None:
+        async with start_slots(self.options.start_concurrency).slot():
+            await self._spawn_and_wait_ready()
+
+    async def _spawn_and_wait_ready(self) -> None:
         spec, options = self.spec, self.options
         session_id = self.session_id or ""
         spec.session_dir.mkdir(parents=True, exist_ok=True)
@@ -679,6 +688,38 @@ class ProcessSessionAdapter(RuntimeAdapter):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+class _StartSlots:
+    """At most ``limit`` session processes starting at once (per event loop)."""
+
+    def __init__(self, limit: int) -> None:
+        self.semaphore = asyncio.Semaphore(max(1, limit))
+        self.starting = 0
+        self.most = 0
+        """The most that were starting at the same time."""
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        async with self.semaphore:
+            self.starting += 1
+            self.most = max(self.most, self.starting)
+            try:
+                yield
+            finally:
+                self.starting -= 1
+
+
+_START_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _StartSlots] = weakref.WeakKeyDictionary()
+
+
+def start_slots(limit: int = 0) -> _StartSlots:
+    """The running loop's limit on session processes starting at once (made with ``limit``)."""
+    loop = asyncio.get_running_loop()
+    slots = _START_SLOTS.get(loop)
+    if slots is None:
+        slots = _START_SLOTS[loop] = _StartSlots(limit or ProcessOptions.start_concurrency)
+    return slots
 
 
 # -- the child side ------------------------------------------------------------------------------
