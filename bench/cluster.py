@@ -65,7 +65,7 @@ import httpx
 
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
-from support import REPO_SRC, ClawletProcess, free_port, percentile
+from support import ClawletProcess, clean_environ, free_port, percentile
 
 ANSWER_WORDS = 60
 PROMPT = "Tell me something."
@@ -73,22 +73,6 @@ MODEL = "scripted-model"
 TURN_TIMEOUT = 600.0
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
-_STRIPPED_PREFIXES = ("CLAWLET_", "OPENCLAW_")
-_STRIPPED = {
-    "API_KEY",
-    "API_KEYS",
-    "DATABASE_URL",
-    "WORKSPACE_BASE",
-    "DEEPSEEK_API_KEY",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_MODEL",
-    "USER_ID",
-    "VM_TOKEN",
-    "VM_TICKET",
-    "CONTROL_PLANE_WS",
-}
 
 
 # -- the scripted LLM, in a child process ---------------------------------------------------------
@@ -216,39 +200,6 @@ def model_env(llm: LLMProcess) -> dict[str, str]:
 
 
 # -- the cluster ------------------------------------------------------------------------------------
-
-
-class BenchCluster(LocalCluster):
-    """:class:`LocalCluster` whose processes get a clean environment (only ``env``, no inherited
-    clawlet or provider settings), clawlet from this checkout, and ``workdir`` as working directory
-    (so no stray ``.env`` is read)."""
-
-    def __init__(self, data_dir: Path, users: list[str], port: int, env: dict[str, str]) -> None:
-        super().__init__(data_dir, users, port)
-        self.env = env
-
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        logs = self.data_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with (logs / f"{name}.log").open("ab") as log_file:
-            self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "clawlet", *args],
-                cwd=self.data_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env={**clean_environ(), **self.env, **(env or {})},
-            )
-
-
-def clean_environ() -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_STRIPPED_PREFIXES) and key not in _STRIPPED
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_SRC), os.environ.get("PYTHONPATH")]))
-    return env
 
 
 # -- processes: memory and CPU from /proc -----------------------------------------------------------
@@ -574,7 +525,11 @@ def run_config(tmp: Path, llm: LLMProcess, local: Target, users: int, args: argp
     names = [f"user{index + 1}" for index in range(users)]
     data_dir = tmp / f"cluster-{users}"
     env = {**model_env(llm), "CLAWLET_HOME": str(data_dir / "home")}
-    cluster = BenchCluster(data_dir, names, free_port(), env)
+    # a clean environment (only ``env`` of clawlet's settings) and the data directory as working
+    # directory, so no stray ``.env`` is read
+    cluster = LocalCluster(
+        data_dir, names, free_port(), base_env={**clean_environ(), **env}, workdir=data_dir
+    )
     label = f"cluster ({users} user{'s' if users > 1 else ''})"
     started = time.perf_counter()
     try:

@@ -75,7 +75,24 @@ _ALIASED_SETTINGS = {
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_MODEL",
+    "USER_ID",
+    "VM_TOKEN",
+    "VM_TICKET",
+    "CONTROL_PLANE_WS",
 }
+
+
+def clean_environ() -> dict[str, str]:
+    """This process's environment without clawlet's settings (``CLAWLET_*``, ``OPENCLAW_*``, the
+    provider keys and the exec plane's ``USER_ID``/``VM_*``), with this checkout's ``src`` first on
+    ``PYTHONPATH``: what benchmarked clawlet processes start from."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(_INHERITED_SETTINGS) and key not in _ALIASED_SETTINGS
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_SRC), os.environ.get("PYTHONPATH")]))
+    return env
 
 
 def free_port() -> int:
@@ -114,16 +131,11 @@ class ClawletProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def _env(self) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(_INHERITED_SETTINGS) and key not in _ALIASED_SETTINGS
-        }
+        env = clean_environ()
         env.update(
             CLAWLET_HOME=str(self.home),
             OPENCLAW_CONFIG_PATH=str(self.openclaw_config),
             CLAWLET_PROVIDER="demo",
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_SRC), os.environ.get("PYTHONPATH")])),
         )
         env.update(self.extra_env)
         return env

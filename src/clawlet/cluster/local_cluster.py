@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -53,8 +54,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 class LocalCluster:
     """The processes of a local cluster (see the module docstring)."""
 
-    def __init__(self, data_dir: Path, users: list[str], port: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        users: list[str],
+        port: int,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+    ) -> None:
+        """``base_env``: the processes' environment (default: this process's); ``workdir``: their
+        working directory (default: this process's)."""
         self.data_dir = data_dir
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.workdir = workdir
         self.users = users
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
@@ -71,10 +84,11 @@ class LocalCluster:
         with (logs / f"{name}.log").open("ab") as log_file:
             self.processes[name] = subprocess.Popen(
                 [sys.executable, "-m", "clawlet", *args],
+                cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
+                env={**self.base_env, **(env or {})},
             )
 
     def prepare_users(self) -> None:
