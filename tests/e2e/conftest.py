@@ -274,3 +274,22 @@ def new_mobile_page(
 @pytest.fixture
 def mobile_page(new_mobile_page: Callable[..., Page]) -> Page:
     return new_mobile_page()
+
+
+def create_task(server: Server, content: str, agent_id: str = "main") -> dict[str, Any]:
+    """Start an inbox task through the API."""
+    response = server.api("POST", "/api/v1/tasks", json={"content": content, "agentId": agent_id})
+    assert response.status_code == 201, response.text
+    task: dict[str, Any] = response.json()
+    return task
+
+
+def wait_status(server: Server, task_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
+    """Poll the task until its status is one of ``statuses``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task: dict[str, Any] = server.api("GET", f"/api/v1/tasks/{task_id}").json()
+        if task["status"] in statuses:
+            return task
+        assert time.monotonic() < deadline, f"task {task_id} is {task['status']}, not {statuses}"
+        time.sleep(0.1)

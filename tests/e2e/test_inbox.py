@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.e2e.conftest import PageErrors, Server, screenshot
+from tests.e2e.conftest import PageErrors, Server, create_task, screenshot, wait_status
 
 LIVE = 15_000  # ms: a demo reply takes well under a second; `run: sleep N` N seconds more
 
@@ -31,23 +30,6 @@ def ensure_agent(server: Server, agent_id: str, name: str, description: str | No
         body["description"] = description
     response = server.api("POST", "/api/v1/agents", json=body)
     assert response.status_code in (201, 409), response.text
-
-
-def create_task(server: Server, content: str, agent_id: str) -> dict[str, Any]:
-    response = server.api("POST", "/api/v1/tasks", json={"content": content, "agentId": agent_id})
-    assert response.status_code == 201, response.text
-    task: dict[str, Any] = response.json()
-    return task
-
-
-def wait_status(server: Server, task_id: str, *statuses: str, timeout: float = 15) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        task: dict[str, Any] = server.api("GET", f"/api/v1/tasks/{task_id}").json()
-        if task["status"] in statuses:
-            return task
-        assert time.monotonic() < deadline, f"task {task_id} is {task['status']}, not {statuses}"
-        time.sleep(0.1)
 
 
 def open_inbox(page: Page, server: Server, agent_id: str) -> None:

@@ -10,33 +10,15 @@ Screenshots: ``inbox-waiting.png`` (the approval card), ``inbox-waiting-list.png
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import Server, screenshot
+from tests.e2e.conftest import Server, create_task, screenshot, wait_status
 
 LIVE = 30_000  # ms: a demo reply takes well under a second, but the machine may be busy
-
-
-def create_task(server: Server, content: str, agent_id: str = "main") -> dict[str, Any]:
-    response = server.api("POST", "/api/v1/tasks", json={"content": content, "agentId": agent_id})
-    assert response.status_code == 201, response.text
-    task: dict[str, Any] = response.json()
-    return task
-
-
-def wait_status(server: Server, task_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        task: dict[str, Any] = server.api("GET", f"/api/v1/tasks/{task_id}").json()
-        if task["status"] in statuses:
-            return task
-        assert time.monotonic() < deadline, f"task {task_id} is {task['status']}, not {statuses}"
-        time.sleep(0.1)
 
 
 def set_terminal_policy(server: Server, policy: str) -> None:
