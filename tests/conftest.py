@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 
@@ -138,6 +140,19 @@ def parse_sse(text: str) -> list[tuple[str, dict[str, object]]]:
         if name and data is not None:
             events.append((name, data))
     return events
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Check an error answer's status and ``error.code``; the error object."""
+    assert response.status_code == status, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] == code, error
+    return error
+
+
+def lines_of(path: Path) -> list[str]:
+    """The file's lines ([] if it does not exist): a side effect counted."""
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 def run_async(coro: object) -> object:

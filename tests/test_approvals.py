@@ -20,7 +20,7 @@ from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.approvals import apply_policies, effective_policies
 from clawlet.engine.context import RunContext
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
-from tests.conftest import LiveServer, parse_sse
+from tests.conftest import LiveServer, assert_error, lines_of, parse_sse
 
 Events = list[tuple[str, dict[str, Any]]]
 
@@ -82,17 +82,6 @@ def transcript(settings: Settings, session_id: str) -> list[dict[str, Any]]:
     data = json.loads((settings.paths.sessions / f"{session_id}.json").read_text(encoding="utf-8"))
     messages: list[dict[str, Any]] = data["messages"]
     return messages
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    return error
-
-
-def lines_of(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 APPEND = "run: echo once >> side.txt && wc -l < side.txt"

@@ -21,7 +21,7 @@ import pytest
 
 from clawlet.config import Settings
 from clawlet.inbox.backends import task_session_name
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, assert_error, lines_of
 from tests.inbox_support import SseClient, wait_until
 
 TIMEOUT = 60.0  # s: generous, the machine may be busy; nothing here asserts a duration
@@ -68,17 +68,6 @@ def messages(client: httpx.Client, task_id: str) -> list[dict[str, Any]]:
 
 def decide(client: httpx.Client, task_id: str, approval_id: str, **body: Any) -> httpx.Response:
     return client.post(f"/tasks/{task_id}/approvals/{approval_id}", json=body)
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    return error
-
-
-def lines_of(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 def transcript(sessions: Path, task_id: str) -> list[dict[str, Any]]:

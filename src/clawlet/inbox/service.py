@@ -180,13 +180,7 @@ class InboxService:
             item = pending[0]
             decision = reply_decision(item, content)
             return await self._resume(task_id, content, item.approval_id, decision, pending)
-        now = now_ms()
-        message = Message(new_ulid(now), task_id, "user", content, now)
-        task = await asyncio.to_thread(
-            self.repository.add_message_and_transition, message, "running", now, only_from=FOLLOW_UP_FROM
-        )
-        self.broadcaster.publish("message.created", message.to_json(), task_id)
-        self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
+        message = await self._add_reply(task_id, content)
         self.executor.start(task_id, content, message.id, from_pending=False)
         return message
 
@@ -213,6 +207,12 @@ class InboxService:
     async def _resume(
         self, task_id: str, content: str, approval_id: str, decision: Decision, pending: list[Pending]
     ) -> Message:
+        message = await self._add_reply(task_id, content)
+        self.executor.resume(task_id, approval_id, decision, asked=approval_ids(pending))
+        return message
+
+    async def _add_reply(self, task_id: str, content: str) -> Message:
+        """Save the user's message and move the task to ``running``, announcing both."""
         now = now_ms()
         message = Message(new_ulid(now), task_id, "user", content, now)
         # compare-and-set: of two replies at once, one moves the task to running, the other is refused
@@ -221,7 +221,6 @@ class InboxService:
         )
         self.broadcaster.publish("message.created", message.to_json(), task_id)
         self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
-        self.executor.resume(task_id, approval_id, decision, asked=approval_ids(pending))
         return message
 
     @staticmethod
