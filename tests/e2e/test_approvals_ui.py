@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.e2e.conftest import PageErrors, Server, free_port, screenshot, start_serve, stop_serve
 
@@ -81,6 +81,18 @@ def read_when(path: Path, expected: str) -> str:
     return text
 
 
+def pause_on(page: Page, server: Server, command: str) -> tuple[str, Locator]:
+    """Open the workbench, start a new chat with ``run: <command>`` and wait for its approval card
+    (the chat waiting); the session id and the card."""
+    open_app(page, server.url)
+    session_id = new_chat(page)
+    submit(page, f"run: {command}")
+    card = page.get_by_test_id("approval-card")
+    expect(card).to_be_visible(timeout=SLOW)
+    expect_waiting(page)
+    return session_id, card
+
+
 def test_approve_runs_the_command_once(page: Page, server: Server) -> None:
     target = server.home / "approvals-a.txt"
     open_app(page, server.url)
@@ -111,12 +123,7 @@ def test_approve_runs_the_command_once(page: Page, server: Server) -> None:
 def test_edit_runs_the_edited_command(page: Page, server: Server) -> None:
     original = server.home / "approvals-b-original.txt"
     edited = server.home / "approvals-b-edited.txt"
-    open_app(page, server.url)
-    new_chat(page)
-    submit(page, f"run: echo original >> {original.name}")
-    card = page.get_by_test_id("approval-card")
-    expect(card).to_be_visible(timeout=SLOW)
-    expect_waiting(page)
+    _, card = pause_on(page, server, f"echo original >> {original.name}")
     card.get_by_test_id("edit-button").click()
     editor = card.get_by_test_id("args-editor")
     expect(editor).to_have_value(re.compile(r'"command": "echo original >> approvals-b-original.txt"'))
@@ -144,12 +151,7 @@ def test_edit_runs_the_edited_command(page: Page, server: Server) -> None:
 
 def test_reject_with_a_message(page: Page, server: Server) -> None:
     target = server.home / "approvals-c.txt"
-    open_app(page, server.url)
-    new_chat(page)
-    submit(page, f"run: echo never >> {target.name}")
-    card = page.get_by_test_id("approval-card")
-    expect(card).to_be_visible(timeout=SLOW)
-    expect_waiting(page)
+    _, card = pause_on(page, server, f"echo never >> {target.name}")
     card.get_by_test_id("reject-button").click()
     card.get_by_test_id("reject-message").fill("not on my machine")
     card.get_by_test_id("reject-submit").click()
@@ -238,12 +240,7 @@ def test_a_waiting_chat_survives_a_reload(page: Page, server: Server) -> None:
 def test_a_decision_made_elsewhere_is_shown(page: Page, server: Server, page_errors: PageErrors) -> None:
     page_errors.allow.append("409 (Conflict)")
     target = server.home / "approvals-g.txt"
-    open_app(page, server.url)
-    session_id = new_chat(page)
-    submit(page, f"run: echo elsewhere >> {target.name}")
-    card = page.get_by_test_id("approval-card")
-    expect(card).to_be_visible(timeout=SLOW)
-    expect_waiting(page)
+    session_id, card = pause_on(page, server, f"echo elsewhere >> {target.name}")
     approval_id = card.get_attribute("data-approval-id")
     # someone else (another tab, the API) rejects it first
     answer = server.api(
@@ -262,12 +259,7 @@ def test_a_decision_made_elsewhere_is_shown(page: Page, server: Server, page_err
 
 def test_cancel_a_waiting_turn(page: Page, server: Server) -> None:
     target = server.home / "approvals-h.txt"
-    open_app(page, server.url)
-    session_id = new_chat(page)
-    submit(page, f"run: echo cancelled >> {target.name}")
-    card = page.get_by_test_id("approval-card")
-    expect(card).to_be_visible(timeout=SLOW)
-    expect_waiting(page)
+    session_id, card = pause_on(page, server, f"echo cancelled >> {target.name}")
     page.get_by_test_id("cancel-turn").click()
     expect(card.get_by_test_id("card-decision")).to_contain_text("Cancelled")
     expect(page.get_by_test_id("waiting-badge")).to_have_count(0)
