@@ -24,6 +24,7 @@ from clawlet.events import (
     ToolStart,
 )
 from clawlet.home import init_home
+from clawlet.secret_env import move_secrets_to_memory, receive_secrets
 
 DEMO_TOKEN_DELAY = 0.02
 # On SIGTERM / Ctrl+C, open streams get this long to finish; then they are closed and running
@@ -153,8 +154,8 @@ async def _chat(settings: Settings, session_id: str, messages: Sequence[str]) ->
 
 
 def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
-    """The execution-plane daemon (cluster mode), configured by its environment."""
-    import os
+    """The execution-plane daemon (cluster mode), configured by its environment (``VM_TOKEN`` and
+    ``VM_TICKET`` are held in memory: see :mod:`clawlet.secret_env`)."""
     from pathlib import Path
 
     from clawlet.cluster.client import (
@@ -166,9 +167,10 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
     )
     from clawlet.cluster.exec_plane import run_exec_plane
     from clawlet.logs import configure_logging
+    from clawlet.secret_env import ENVIRON_WITH_SECRETS as environ
 
     names = (ENV_USER_ID, ENV_VM_TOKEN, ENV_VM_TICKET, ENV_CONTROL_PLANE_WS)
-    missing = [name for name in names if name != ENV_VM_TICKET and not os.environ.get(name, "").strip()]
+    missing = [name for name in names if name != ENV_VM_TICKET and not environ.get(name, "").strip()]
     if missing:
         print(
             f"error: clawlet exec-plane is configured by the environment variables {', '.join(names)}; "
@@ -176,7 +178,7 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not os.environ.get(ENV_VM_TICKET, "").strip():
+    if not environ.get(ENV_VM_TICKET, "").strip():
         print(
             f"note: {ENV_VM_TICKET} is not set: connecting with the VM token alone"
             " (as a restarted daemon does)",
@@ -184,13 +186,15 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
         )
     state = Path(state_dir).expanduser() if state_dir else settings.home.expanduser() / "exec-plane"
     print(
-        f"clawlet {__version__} exec-plane · user {os.environ[ENV_USER_ID].strip()} · control plane "
-        f"{safe_url(os.environ[ENV_CONTROL_PLANE_WS].strip())} · state {state}",
+        f"clawlet {__version__} exec-plane · user {environ[ENV_USER_ID].strip()} · control plane "
+        f"{safe_url(environ[ENV_CONTROL_PLANE_WS].strip())} · state {state}",
         flush=True,
     )
     configure_logging(settings.log_format, settings.log_level)
     try:
-        return asyncio.run(run_exec_plane(state, settings, demo_token_delay=DEMO_TOKEN_DELAY))
+        return asyncio.run(
+            run_exec_plane(state, settings, environ=environ, demo_token_delay=DEMO_TOKEN_DELAY)
+        )
     except ValueError as exc:  # e.g. CONTROL_PLANE_WS is not a ws:// or wss:// URL
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -232,8 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def runs_tools_or_serves(args: argparse.Namespace) -> bool:
+    """Whether the command runs for long, agent tools next to it: its secrets must leave its
+    environment (see :mod:`clawlet.secret_env`)."""
+    if args.command == "control-plane":
+        return bool(args.action == "serve")
+    return args.command in ("serve", "chat", "exec-plane")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    receive_secrets()
     args = build_parser().parse_args(argv)
+    if argv is None and runs_tools_or_serves(args):  # the real command line, not a call from code
+        move_secrets_to_memory()  # returns only when there is nothing to move (or it cannot)
     overrides: dict[str, object] = {}
     if args.home:
         overrides["home"] = args.home

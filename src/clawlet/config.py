@@ -1,7 +1,8 @@
 """Settings (environment and ``.env``) and runtime switches persisted in ``config.json``.
 
 Environment variables keep the seed's names (``DEEPSEEK_API_KEY``, ``OPENAI_BASE_URL``, ...);
-clawlet's own settings use the ``CLAWLET_`` prefix.
+clawlet's own settings use the ``CLAWLET_`` prefix. Secrets moved out of the environment at start
+(:mod:`clawlet.secret_env`) are read as if they were still environment variables.
 """
 
 from __future__ import annotations
@@ -13,10 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
+from clawlet.secret_env import held_secrets
 from clawlet.storage import atomic_write_json, file_lock
 
 ProviderName = Literal["auto", "demo", "openai", "deepseek", "anthropic"]
@@ -40,8 +49,26 @@ def default_home() -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".clawlet"
 
 
+def url_password(url: str) -> str | None:
+    """The password in a URL's ``user:password@`` part (a database URL's), if any."""
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+class HeldSecretsSource(EnvSettingsSource):
+    """The secrets :mod:`clawlet.secret_env` moved out of the environment, read with the same names,
+    prefix and aliases as environment variables."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(
+            held_secrets(), self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+
 class Settings(BaseSettings):
-    """Everything configurable from the environment or a ``.env`` file."""
+    """Everything configurable from the environment, the secrets held in memory or a ``.env`` file."""
 
     model_config = SettingsConfigDict(
         env_prefix="CLAWLET_",
@@ -116,6 +143,37 @@ class Settings(BaseSettings):
     #: also serve the gateway protocol on its own port (at ``/``), as OpenClaw does on 18789
     gateway_port: int | None = None
     gateway_tick_interval_ms: int = Field(default=30_000, ge=10)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The held secrets rank with the environment they came from: above ``.env``."""
+        held = HeldSecretsSource(settings_cls)
+        return init_settings, env_settings, held, dotenv_settings, file_secret_settings
+
+    @property
+    def secret_values(self) -> frozenset[str]:
+        """Every configured key, token and password, and the held secrets: what a tool's output must
+        never show (see :mod:`clawlet.engine.masking`)."""
+        values = {
+            *self.accepted_tokens,
+            *self.gateway_tokens,
+            self.llm_api_key,
+            self.deepseek_api_key,
+            self.openai_api_key,
+            self.anthropic_api_key,
+            self.openclaw_gateway_token,
+            url_password(self.database_url or ""),
+        }
+        for value in held_secrets().values():
+            values.update({value, url_password(value), *value.split(",")})
+        return frozenset(value.strip() for value in values if value and value.strip())
 
     @property
     def resolved_provider(self) -> Literal["demo", "openai", "deepseek", "anthropic"]:

@@ -20,19 +20,20 @@ Everything lives in the data directory (``--data-dir``, default ``<clawlet home>
 the database (``controlplane.db``, or ``CLAWLET_CP_DATABASE_URL``), the VM-token signing secret
 (``jwt_secret``, made on first use with mode 0600, or ``CLAWLET_CP_JWT_SECRET``), each user's data
 (``users/<id>/``) and ``server.json``, where ``serve`` records the URL execution planes reach it at
-(so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``).
+(so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``). ``serve`` keeps the secret and the
+database URL in memory only, out of its environment (see :mod:`clawlet.secret_env`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from clawlet.config import Settings
+from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.storage import atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` stays quick
@@ -51,7 +52,7 @@ def default_data_dir(settings: Settings) -> Path:
 
 def jwt_secret(data_dir: Path) -> str:
     """``CLAWLET_CP_JWT_SECRET``, else the data directory's secret (created on first use, 0600)."""
-    from_env = os.environ.get(ENV_JWT_SECRET, "").strip()
+    from_env = ENVIRON_WITH_SECRETS.get(ENV_JWT_SECRET, "").strip()
     if from_env:
         return from_env
     from clawlet.cluster.control_plane import new_jwt_secret
@@ -83,7 +84,7 @@ def build_config(data_dir: Path, public_url: str | None = None) -> ControlPlaneC
     return ControlPlaneConfig(
         data_dir=data_dir,
         jwt_secret=jwt_secret(data_dir),
-        database_url=os.environ.get(ENV_DATABASE_URL, "").strip() or None,
+        database_url=ENVIRON_WITH_SECRETS.get(ENV_DATABASE_URL, "").strip() or None,
         public_url=url,
     )
 

@@ -7,7 +7,8 @@ A fresh interpreter rather than ``multiprocessing``: nothing of the daemon (its 
 WebSocket, the JWT in its memory and environment) is inherited, the child is an ordinary process the
 parent can watch, signal and reap with asyncio alone, and its exit code and signal say why it ended.
 The child starts in a session of its own (a terminal's Ctrl+C reaches only the daemon, which stops
-its sessions in order) with ``VM_TOKEN``/``VM_TICKET`` removed from its environment; its stderr (its
+its sessions in order) with ``VM_TOKEN``/``VM_TICKET`` and every other secret
+(:func:`clawlet.secret_env.is_secret_name`) removed from its environment; its stderr (its
 logs, a traceback if it crashes) goes to ``<session dir>/process.log``. The child moves the pipe to
 private descriptors first and points fd 0 at ``/dev/null`` and fd 1 at stderr, so nothing a library
 prints can corrupt the protocol.
@@ -97,6 +98,7 @@ from clawlet.events import (
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.manager import SessionManager
+from clawlet.secret_env import is_secret_name
 from clawlet.tools.base import ToolError
 
 CHILD_MODULE: Final = "clawlet.cluster.session_process"
@@ -109,8 +111,6 @@ MEMORY_ROLE_USER: Final = "user"
 MEMORY_ROLE_ASSISTANT: Final = "assistant"
 CHECKPOINTS_DIR: Final = "checkpoints"
 TRANSCRIPT_DIR: Final = "transcript"
-SECRET_ENVIRONMENT: Final[frozenset[str]] = frozenset({"VM_TOKEN", "VM_TICKET"})
-"""Never passed on to a session process (its tools could read them)."""
 INDEX_LOCK: Final = ".exec-plane-index.lock"
 """Under the home's ``storage/``: session processes open the shared SQLite indexes one at a time
 (opening runs a read-then-write transaction that fails at once with ``database is locked`` when two
@@ -276,8 +276,9 @@ class _Turn:
 
 
 def child_environment() -> dict[str, str]:
-    """The parent's environment without the VM credentials, with clawlet importable."""
-    env = {key: value for key, value in os.environ.items() if key not in SECRET_ENVIRONMENT}
+    """The parent's environment without any secret (the VM credentials, API keys: its tools could
+    read them; the keys it needs arrive in ``init``), with clawlet importable."""
+    env = {key: value for key, value in os.environ.items() if not is_secret_name(key)}
     package_root = str(Path(__file__).resolve().parents[2])
     existing = env.get("PYTHONPATH")
     env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")

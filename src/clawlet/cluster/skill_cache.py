@@ -63,6 +63,7 @@ from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.skills.scanner import unmet_requirements
 from clawlet.storage import atomic_write_bytes, atomic_write_json
 
@@ -330,7 +331,7 @@ def parse_skill_index(raw: Any) -> ParsedSkillIndex:
 def check_requirements(
     entry: SkillIndexEntry | Mapping[str, Any],
     which: Callable[[str], str | None] = shutil.which,
-    environ: Mapping[str, str] = os.environ,
+    environ: Mapping[str, str] = ENVIRON_WITH_SECRETS,
     platform: str = sys.platform,
 ) -> tuple[bool, list[str]]:
     """(all met, what is missing) for one entry on this machine.
@@ -398,7 +399,7 @@ def available_skills_block(
     cache_dir: Path,
     *,
     which: Callable[[str], str | None] = shutil.which,
-    environ: Mapping[str, str] = os.environ,
+    environ: Mapping[str, str] = ENVIRON_WITH_SECRETS,
     platform: str = sys.platform,
     read_tool: str = READ_TOOL,
     shell_tool: str = SHELL_TOOL,

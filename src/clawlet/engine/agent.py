@@ -3,7 +3,8 @@
 The system prompt is reassembled before every model call so edits to the workspace files apply at
 once. Middleware refuses tools a turn may not use, pauses before tools whose approval policy is
 ``ask`` (see :mod:`clawlet.engine.approvals`), turns tool exceptions into error ``ToolMessage``s
-(a failing tool never crashes a run) and caps model and tool calls per run.
+(a failing tool never crashes a run), masks known secrets in every tool result
+(:mod:`clawlet.engine.masking`) and caps model and tool calls per run.
 
 A turn that may pause runs on a checkpointer (:class:`~clawlet.engine.approvals.PausePoint`); when
 it pauses, :meth:`AgentEngine.stream` ends with ``ApprovalRequested`` / ``QuestionAsked`` events
@@ -47,6 +48,7 @@ from clawlet.engine.approvals import (
     pending_from_interrupt,
 )
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.events import (
@@ -185,6 +187,7 @@ class AgentEngine:
                 workspace_prompt,
                 ToolPermissionMiddleware(),
                 approval_middleware([tool.name for tool in tools]),
+                SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
                 ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
                 ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),

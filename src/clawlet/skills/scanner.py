@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from xml.sax.saxutils import escape
 
 import yaml
 
+from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.storage import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def unmet_requirements(
     systems: Sequence[str] = (),
     *,
     which: Callable[[str], str | None] = shutil.which,
-    environ: Mapping[str, str] = os.environ,
+    environ: Mapping[str, str] = ENVIRON_WITH_SECRETS,
     platform: str = sys.platform,
 ) -> list[str]:
     """What this machine lacks, as ``bin:<name>``, ``anyBin:<a>|<b>`` (none found), ``env:<NAME>``

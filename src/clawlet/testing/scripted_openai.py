@@ -4,7 +4,8 @@
 bound to a free port on 127.0.0.1). ``POST /v1/chat/completions`` answers from a *script*: a list
 of :class:`Turn` consumed in order, or a callable that picks the turn from the request body.
 Every request body is recorded in :attr:`ScriptedOpenAIServer.requests` so tests can check the
-system prompt, the messages and the tool schemas a client sent.
+system prompt, the messages and the tool schemas a client sent, and its ``Authorization`` header in
+:attr:`ScriptedOpenAIServer.authorizations` (the API key it sent).
 
 Streaming answers follow OpenAI's wire format closely: every chunk carries the same ``id``,
 ``created`` and ``model``; the first delta has ``role: "assistant"``; text arrives as several
@@ -156,6 +157,7 @@ class ScriptedOpenAIServer:
         self.host = host
         self._requested_port = port
         self.requests: list[JSONDict] = []
+        self.authorizations: list[str] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._script: Script = script
@@ -293,6 +295,8 @@ class ScriptedOpenAIServer:
             return _error(400, "request body is not JSON")
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
+        with self._lock:
+            self.authorizations.append(request.headers.get("authorization", ""))
         try:
             turn = self._next_turn(body)
         except ScriptExhausted as exc:
