@@ -235,7 +235,8 @@ def test_the_masker_replaces_whole_secrets_and_leaves_short_values() -> None:
 
 
 def scripted_agent(body: JSONDict) -> Turn:
-    """The model: ``run: CMD`` → a terminal call; ``read: PATH`` → a read_file call; after a tool
+    """The model: ``run: CMD`` → a terminal call; ``read: PATH`` → a read_file call; ``call: TOOL
+    {JSON}`` → any tool; after a tool
     result → a short answer; a title request (no tools offered) → a title."""
     if not body.get("tools"):
         return text_turn("Secrets")
@@ -243,6 +244,9 @@ def scripted_agent(body: JSONDict) -> Turn:
     if last["role"] == "tool":
         return text_turn("The tool ran.")
     text = str(last["content"])
+    if text.startswith("call: "):
+        name, _, arguments = text.removeprefix("call: ").partition(" ")
+        return tool_turn(ToolCall(name, json.loads(arguments)))
     if text.startswith("read: "):
         return tool_turn(ToolCall("read_file", {"path": text.removeprefix("read: ")}))
     return tool_turn(ToolCall("terminal", {"command": text.removeprefix("run: ")}))
@@ -297,6 +301,23 @@ def test_a_secret_in_a_tool_error_is_masked(
     stored = json.loads((settings.paths.sessions / "err.json").read_text(encoding="utf-8"))
     [call] = [call for message in stored["messages"] for call in message.get("tool_calls", [])]
     assert call["output"] == output
+
+
+def test_a_secret_in_an_mcp_tool_result_is_masked(
+    live_server: Callable[..., LiveServer], llm: ScriptedOpenAIServer
+) -> None:
+    key = "SK-UPPER-CASE-0123456789"  # the model sends it in lower case; shout() returns the key + "!"
+    settings = Settings(provider="openai", llm_base_url=llm.base_url, llm_model="m", deepseek_api_key=key)
+    server_script = Path(__file__).parent / "support" / "mcp_server.py"
+    (settings.paths.root / "mcp.json").write_text(
+        json.dumps({"mcpServers": {"calc": {"command": sys.executable, "args": [str(server_script)]}}}),
+        encoding="utf-8",
+    )
+    server = live_server(settings)
+    sse = chat(server.url, "mcp", f'call: calc_shout {{"text": "{key.lower()}"}}')
+    assert [output.strip() for output in tool_outputs(sse)] == [f"{REDACTED}!"]
+    assert key not in sse
+    assert [result for result in tool_results_sent_to_model(llm) if key in result] == []
 
 
 # -- the real server -------------------------------------------------------------------------
