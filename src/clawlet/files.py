@@ -1,5 +1,7 @@
 """The editable files of a clawlet home: ``workspace/``, ``memory/``, ``skills/``, ``knowledge/``
-and ``SKILLS_SNAPSHOT.md``. Every other path, and every traversal trick, is refused.
+and ``SKILLS_SNAPSHOT.md``. Every other path, and every traversal trick, is refused; reads and
+writes go through the path guard (``clawlet.paths``), so a symlink out of the home or a file with
+more than one hard link is refused too.
 
 Saving is atomic. Listeners registered with :meth:`EditableFiles.on_save` run after a save (the
 skills snapshot is refreshed when a ``SKILL.md`` changes; indexes hook in the same way).
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.paths import UnsafePath, read_bytes_inside, resolve_inside
 from clawlet.storage import atomic_write_text, file_lock
 
 ALLOWED_DIRECTORIES = ("workspace", "memory", "skills", "knowledge")
@@ -46,7 +48,7 @@ class EditableFiles:
             raise FileAccessError(f"path {user_path!r} may not be absolute or contain '..'")
         try:
             target = resolve_inside(self.root, raw)
-        except PathOutsideRoot as exc:
+        except UnsafePath as exc:
             raise FileAccessError(str(exc)) from exc
         relative = target.relative_to(self.root.resolve()).as_posix()
         top = relative.split("/", 1)[0]
@@ -58,9 +60,13 @@ class EditableFiles:
 
     def read(self, user_path: str) -> tuple[str, str]:
         relative, target = self.resolve(user_path)
-        if not target.is_file():
-            raise EditableFileNotFound(relative)
-        return relative, target.read_bytes().decode("utf-8", errors="replace")
+        try:
+            data = read_bytes_inside(self.root, target)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise EditableFileNotFound(relative) from exc
+        except UnsafePath as exc:
+            raise FileAccessError(str(exc)) from exc
+        return relative, data.decode("utf-8", errors="replace")
 
     def write(self, user_path: str, content: str) -> str:
         relative, target = self.resolve(user_path)
@@ -69,7 +75,10 @@ class EditableFiles:
         if len(content.encode("utf-8")) > MAX_FILE_BYTES:
             raise FileAccessError(f"file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
         with file_lock(target):
-            atomic_write_text(target, content)
+            try:
+                atomic_write_text(target, content, root=self.root)
+            except (UnsafePath, NotADirectoryError, FileExistsError) as exc:
+                raise FileAccessError(str(exc)) from exc
         for listener in self._listeners:
             listener(relative)
         return relative

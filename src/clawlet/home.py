@@ -1,4 +1,5 @@
-"""Create the clawlet home with its default files; existing files are never overwritten."""
+"""Create the clawlet home with its default files; existing files are never overwritten, and none is
+written through a link out of the home (``clawlet.paths``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 
 from clawlet.config import HomePaths
+from clawlet.paths import is_safe_entry
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.storage import atomic_write_bytes, remove_stale_temp_files
 
@@ -41,8 +43,8 @@ def init_home(paths: HomePaths) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
     for relative, template in _walk(resources.files(TEMPLATE_PACKAGE)):
         target = paths.root / relative
-        if not target.exists():
-            atomic_write_bytes(target, template.read_bytes())
+        if not target.exists() and is_safe_entry(paths.root, target):
+            atomic_write_bytes(target, template.read_bytes(), root=paths.root)
             created.append(target)
     for directory in (paths.sessions, paths.workspace, paths.memory_file.parent, paths.root):
         remove_stale_temp_files(directory)

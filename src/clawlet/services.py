@@ -58,7 +58,7 @@ def build_services(
     memory = MemoryIndex(paths, embedder)
     knowledge = KnowledgeBase(paths, embedder)
     engine = AgentEngine(settings, runtime_config, memory, knowledge, demo_token_delay=demo_token_delay)
-    transcripts = TranscriptStore(paths.sessions)
+    transcripts = TranscriptStore(paths.sessions, paths.root)
     manager = SessionManager(settings, transcripts, runtimes(workspace, engine))
     files = EditableFiles(paths.root)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -17,8 +17,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from clawlet.paths import open_directory_inside, resolve_inside
+
 _locks_guard = threading.Lock()
 _locks: dict[str, threading.RLock] = {}
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @contextmanager
@@ -31,28 +34,48 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file + fsync + rename)."""
+def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file + fsync + rename).
+
+    With ``root`` (the clawlet home), the write goes through the path guard: the target and every
+    directory on the way must stay inside ``root`` and the target must not be multiply linked
+    (``clawlet.paths``); the temp file and the rename then work relative to the checked
+    directory's descriptor, so a symlink planted meanwhile cannot redirect them.
+    """
+    if root is not None:
+        path = resolve_inside(root, path, single_link=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if root is not None:
+        dir_fd = open_directory_inside(root, path.parent)
+    else:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _write_and_rename(dir_fd, path.name, data)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_and_rename(dir_fd: int, name: str, data: bytes) -> None:
+    stem = name if len(name.encode("utf-8")) <= 200 else name[:50]
+    while True:
+        tmp_name = f".{stem}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp_name, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        break
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
+        os.replace(tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+            os.unlink(tmp_name, dir_fd=dir_fd)
         raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
+    with suppress(OSError):
         os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def remove_stale_temp_files(directory: Path, older_than: float = 60.0) -> int:
@@ -69,11 +92,12 @@ def remove_stale_temp_files(directory: Path, older_than: float = 60.0) -> int:
     return removed
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with UTF-8 ``text`` atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, *, root: Path | None = None) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically (guarded inside ``root`` when given)."""
+    atomic_write_bytes(path, text.encode("utf-8"), root=root)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Replace ``path`` with pretty-printed JSON (non-ASCII kept readable) atomically."""
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+def atomic_write_json(path: Path, data: Any, *, root: Path | None = None) -> None:
+    """Replace ``path`` with pretty-printed JSON (non-ASCII kept readable) atomically (guarded
+    inside ``root`` when given)."""
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", root=root)

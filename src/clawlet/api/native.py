@@ -31,7 +31,7 @@ from clawlet.api.sse import KEEPALIVE
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import Event, RunCancelled, RunFailed, RunFinished, RunStarted, RunWaiting
-from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.paths import UnsafePath, resolve_inside
 from clawlet.runtime.manager import Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
@@ -76,12 +76,12 @@ def attach_files(services: Services, prompt: str, files: list[str]) -> str:
     listed = []
     for name in files:
         try:
-            target = resolve_inside(root, name)
-        except PathOutsideRoot as exc:
+            target = resolve_inside(root, name, single_link=True)
+        except UnsafePath as exc:
             raise ApiError(400, "invalid_file", str(exc)) from exc
         if not target.is_file():
             raise ApiError(400, "invalid_file", f"file {name!r} does not exist in the workspace")
-        listed.append(f"- {target.relative_to(root).as_posix()}")
+        listed.append(f"- {target.relative_to(root.resolve()).as_posix()}")
     return prompt + "\n\nReferenced files (read them with read_file when needed):\n" + "\n".join(listed)
 
 

@@ -10,7 +10,8 @@ Open WebUI (``EXTERNAL_DOCUMENT_LOADER_URL``) sends every uploaded document here
 
 The file is saved under ``<home>/uploads/`` (name sanitised: no directories, no traversal, Chinese
 kept; an existing file is never overwritten, a ``_2``, ``_3``... suffix is added) with an atomic
-write, and the extracted **text** is returned — Open WebUI chunks and embeds ``page_content``::
+write through the path guard (an ``uploads/`` that links out of the home gets 403 ``forbidden_path``),
+and the extracted **text** is returned — Open WebUI chunks and embeds ``page_content``::
 
     {"page_content": "...", "metadata": {"source": "报告.pdf", "path": "uploads/报告.pdf",
                                          "content_type": "application/pdf", "size": 12345}}
@@ -46,6 +47,7 @@ from fastapi.responses import JSONResponse
 
 from clawlet.api.deps import ServicesDep
 from clawlet.api.openai.errors import openai_error
+from clawlet.paths import UnsafePath, resolve_inside
 from clawlet.storage import atomic_write_bytes, file_lock
 
 log = logging.getLogger(__name__)
@@ -134,8 +136,10 @@ def _split_suffix(name: str) -> tuple[str, str]:
     return name[: len(name) - len(suffix)], suffix
 
 
-def save_upload(directory: Path, name: str, data: bytes) -> Path:
-    """Write ``data`` atomically to ``directory/name``, or ``name_2``, ``name_3``... if taken."""
+def save_upload(root: Path, name: str, data: bytes) -> Path:
+    """Write ``data`` atomically to ``<root>/uploads/name``, or ``name_2``, ``name_3``... if taken.
+    Raises :class:`clawlet.paths.UnsafePath` if ``uploads/`` (or the file) leads out of ``root``."""
+    directory = resolve_inside(root, UPLOADS_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     stem, suffix = _split_suffix(name)
     with file_lock(directory):
@@ -144,7 +148,7 @@ def save_upload(directory: Path, name: str, data: bytes) -> Path:
         while candidate.exists() or candidate.is_symlink():
             counter += 1
             candidate = directory / f"{stem}_{counter}{suffix}"
-        atomic_write_bytes(candidate, data)
+        atomic_write_bytes(candidate, data, root=root)
     return candidate
 
 
@@ -321,8 +325,12 @@ async def process_document(request: Request, services: ServicesDep) -> JSONRespo
     fallback_suffix = kind_suffix or TYPE_SUFFIXES.get(content_type, ".txt")
     name = safe_filename(source, fallback_suffix)
     root = services.settings.paths.root
-    saved = await asyncio.to_thread(save_upload, root / UPLOADS_DIR, name, data)
-    relative = saved.relative_to(root).as_posix()
+    try:
+        saved = await asyncio.to_thread(save_upload, root, name, data)
+    except UnsafePath as exc:
+        log.warning("process: refused to save %r: %s", name, exc)
+        return openai_error(f"the upload could not be saved: {exc}", 403, code="forbidden_path")
+    relative = saved.relative_to(root.resolve()).as_posix()
     if not content_type:
         content_type = mimetypes.guess_type(saved.name)[0] or "application/octet-stream"
     log.info(

@@ -3,11 +3,17 @@
 Order: SKILLS_SNAPSHOT.md, workspace/SOUL.md, IDENTITY.md, USER.md, AGENTS.md, memory/MEMORY.md.
 Each part is wrapped in its ``<!-- ... -->`` tag, capped at 20,000 characters, and parts are joined
 by a blank line. In RAG mode MEMORY.md is replaced by a note that memory arrives by retrieval.
+Files are read through the path guard (``clawlet.paths``): one that links out of the home is left out.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+from clawlet.paths import UnsafePath, read_text_inside
+
+log = logging.getLogger(__name__)
 
 MAX_COMPONENT_CHARS = 20_000
 TRUNCATION_MARK = "\n... [truncated]"
@@ -34,13 +40,16 @@ def cap(text: str, limit: int = MAX_COMPONENT_CHARS) -> str:
     return text[:limit] + TRUNCATION_MARK
 
 
-def _read(path: Path) -> str:
+def _read(home: Path, relative: str) -> str:
+    """A prompt file read through the path guard; "" if missing or refused (a link out of the
+    home, a file with several hard links), since whatever it names would go to the model."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError):
+        return read_text_inside(home, home / relative, errors="replace")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return ""
-    except UnicodeDecodeError:
-        return path.read_bytes().decode("utf-8", errors="replace")
+    except UnsafePath as exc:
+        log.warning("leaving %s out of the system prompt: %s", relative, exc)
+        return ""
 
 
 def build_system_prompt(home: Path, rag_mode: bool = False) -> str:
@@ -50,6 +59,6 @@ def build_system_prompt(home: Path, rag_mode: bool = False) -> str:
         if relative == "memory/MEMORY.md" and rag_mode:
             body = RAG_MEMORY_NOTE
         else:
-            body = cap(_read(home / relative).strip())
+            body = cap(_read(home, relative).strip())
         parts.append(f"<!-- {label} -->\n{body}")
     return "\n\n".join(parts)

@@ -16,6 +16,7 @@ what we receive is parsed leniently, because real servers add fields.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -171,21 +172,78 @@ def event_frame(event: str, payload: Any = None, seq: int | None = None) -> dict
 
 
 def encode(frame: dict[str, Any]) -> str:
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+    """The frame as compact JSON text. Non-ASCII characters stay as they are, except when a string
+    holds a lone surrogate (``"\\ud800"`` in a peer's JSON parses to one): such text cannot be sent
+    as UTF-8, so that frame is escaped to ASCII instead (the same JSON value, sendable)."""
+    text = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(frame, separators=(",", ":"))
+    return text
 
 
 def decode(text: str | bytes) -> dict[str, Any]:
-    """Parse one frame leniently: any JSON object whose ``type`` is req, res or event."""
+    """Parse one frame leniently: any JSON object whose ``type`` is req, res or event. A binary
+    frame (bytes) must be UTF-8 JSON; nesting past Python's recursion limit is refused."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"binary frame is not valid UTF-8: {exc.reason} at byte {exc.start}") from exc
     try:
         frame = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise FrameError(f"frame is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise FrameError("frame is not valid JSON: nested too deeply") from exc
     if not isinstance(frame, dict):
         raise FrameError("frame must be a JSON object")
     kind = frame.get("type")
     if kind not in ("req", "res", "event"):
         raise FrameError(f"unknown frame type {kind!r} (expected req, res or event)")
     return frame
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A ``\\uD800``–``\\uDFFF`` escape: only JSON text holding one can parse to a lone surrogate."""
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate_path(frame: dict[str, Any], text: str | bytes) -> str | None:
+    """Where (``id``, ``params.message``, ...) the parsed ``frame`` holds a string or key with a lone
+    surrogate, or None. Such strings are not Unicode text: they cannot be written as UTF-8 (logs,
+    transcripts, the model's request) and are refused. ``text`` is the frame as received; frames
+    without a surrogate escape (nearly all) are not walked."""
+    found = (
+        _SURROGATE_ESCAPE_BYTES.search(text) if isinstance(text, bytes) else _SURROGATE_ESCAPE.search(text)
+    )
+    if found is None:
+        return None
+    stack: list[tuple[str, Any]] = [("", frame)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if not _is_unicode(value):
+                return path or "frame"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                child = f"{path}.{key}" if path else str(key)
+                if not _is_unicode(key):
+                    return path or "frame"
+                stack.append((child, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # -- session keys --------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ agentDir, model}]`` and current OpenClaw's ``agents.entries.<id>``. The inbox li
 the agents main may delegate to (``subagents.allowAgents`` of main, else of ``agents.defaults``;
 ``"*"`` means every configured agent). Creating an agent registers it in the shape the file already
 uses, adds it to ``tools.agentToAgent.allow`` and to main's ``subagents.allowAgents``, creates its
-workspace and agent directories, and rewrites the file atomically with every other key kept.
+workspace and agent directories (through the path guard ``clawlet.paths``: none may lead out of
+the OpenClaw state directory by a symlink), and rewrites the file atomically with every other key
+kept.
 There is deliberately no update or delete: clawlet creates, but never changes or removes, what
 OpenClaw owns.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 import json5
 
+from clawlet.paths import UnsafePath, resolve_inside
 from clawlet.storage import atomic_write_json, file_lock
 
 AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -243,7 +246,10 @@ class OpenClawAgents:
                 self.state_dir / "agents" / agent_id / "agent",
                 self.state_dir / "agents" / agent_id / "sessions",
             ):
-                directory.mkdir(parents=True, exist_ok=True)
+                try:
+                    resolve_inside(self.state_dir, directory).mkdir(parents=True, exist_ok=True)
+                except UnsafePath as exc:
+                    raise AgentConfigError(f"refusing to create {directory}: {exc}") from exc
             atomic_write_json(self.config_file, config)
         return AgentInfo(agent_id, name, model or self._default_model(config), False, None, description)
 

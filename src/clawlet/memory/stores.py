@@ -2,18 +2,22 @@
 ``KnowledgeBase`` (documents under knowledge/, for ``search_knowledge_base``).
 
 Both are persisted under ``storage/``, built lazily, and brought up to date before every search:
-MEMORY.md by its MD5 hash, knowledge files by size and modification time.
+MEMORY.md by its MD5 hash, knowledge files by size and modification time. Files are read through
+the path guard (``clawlet.paths``): one that links out of the home, or has several hard links, is
+not indexed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 from functools import partial
 from pathlib import Path
 
 from clawlet.config import HomePaths, Settings
 from clawlet.memory.embeddings import EmbeddingClient
 from clawlet.memory.index import HybridIndex, SearchResult, SourceLoader
+from clawlet.paths import UnsafePath, is_safe_entry, read_bytes_inside, read_text_inside
 
 KNOWLEDGE_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".pdf"}
 MEMORY_SOURCE = "memory/MEMORY.md"
@@ -26,24 +30,27 @@ def build_embedder(settings: Settings) -> EmbeddingClient | None:
     return EmbeddingClient(settings.openai_base_url, settings.embedding_model, settings.openai_api_key)
 
 
-def read_document(path: Path) -> str:
+def read_document(root: Path, path: Path) -> str:
+    """The text of a knowledge document inside ``root`` (read through the path guard)."""
+    data = read_bytes_inside(root, path)
     if path.suffix.lower() == ".pdf":
         from pypdf import PdfReader
 
-        reader = PdfReader(str(path))
+        reader = PdfReader(io.BytesIO(data))
         return "\n\n".join(page.extract_text() or "" for page in reader.pages)
-    return path.read_bytes().decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 class MemoryIndex:
     def __init__(self, paths: HomePaths, embedder: EmbeddingClient | None) -> None:
+        self.root = paths.root
         self.memory_file = paths.memory_file
         self.index = HybridIndex(paths.storage / "memory_index" / "index.sqlite3", embedder)
 
     def refresh(self) -> int:
         try:
-            text = self.memory_file.read_text(encoding="utf-8")
-        except FileNotFoundError:
+            text = read_text_inside(self.root, self.memory_file, errors="replace")
+        except (FileNotFoundError, UnsafePath):
             return self.index.sync({})
         digest = hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
         return self.index.sync({MEMORY_SOURCE: (digest, lambda: text)})
@@ -68,9 +75,11 @@ class KnowledgeBase:
                 continue
             if any(part.startswith(".") for part in path.relative_to(self.directory).parts):
                 continue
+            if not is_safe_entry(self.root, path):
+                continue
             stat = path.stat()
             source = path.relative_to(self.root).as_posix()
-            found[source] = (f"{stat.st_size}:{stat.st_mtime_ns}", partial(read_document, path))
+            found[source] = (f"{stat.st_size}:{stat.st_mtime_ns}", partial(read_document, self.root, path))
         return found
 
     def refresh(self) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_json
 from clawlet.engine.context import RunContext
 from clawlet.events import Pending
+from clawlet.paths import read_text_inside
 from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.storage import atomic_write_json, file_lock
 
@@ -119,9 +120,10 @@ class ApprovalRecord:
 class ApprovalStore:
     """Pending approvals and paused graph state of the sessions in one ``sessions/`` directory."""
 
-    def __init__(self, sessions_dir: Path) -> None:
+    def __init__(self, sessions_dir: Path, home: Path | None = None) -> None:
         self.checkpoints = sessions_dir / CHECKPOINTS_DIR
         self.records = sessions_dir / APPROVALS_DIR
+        self.home = home if home is not None else sessions_dir  # the path guard's root
 
     def pause_point(self, session_id: str) -> PausePoint:
         return PausePoint(self.checkpoints, session_id)
@@ -132,8 +134,8 @@ class ApprovalStore:
     def load(self, session_id: str) -> ApprovalRecord:
         """The session's record; an unreadable one counts as empty (and is left as it is)."""
         try:
-            raw = json.loads(self.path_for(session_id).read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            raw = json.loads(read_text_inside(self.home, self.path_for(session_id)))
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):  # UnsafePath is a ValueError
             return ApprovalRecord()
         if not isinstance(raw, dict):
             return ApprovalRecord()
@@ -153,6 +155,7 @@ class ApprovalStore:
                 "pending": record.pending.to_json() if record.pending is not None else None,
                 "decided": record.decided[-MAX_DECIDED:],
             },
+            root=self.home,
         )
 
     def waiting_for(self, session_id: str) -> list[Pending]:

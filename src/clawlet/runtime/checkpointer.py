@@ -24,7 +24,8 @@ each is stored as ``{"type": ..., "data": <base64>}`` so arbitrary channel value
 checkpoint file is self-contained (it holds every channel value of that checkpoint, not only the
 changed ones), so retention may delete any older file without breaking newer ones.
 
-Every write is atomic (``clawlet.storage.atomic_write_json``) and writers of one thread are
+Every write is atomic (``clawlet.storage.atomic_write_json``, kept inside ``root`` by the path guard
+``clawlet.paths``, which reads go through as well) and writers of one thread are
 serialised by ``clawlet.storage.file_lock`` on the thread directory. Readers take no lock: they
 only ever see whole files, and a file that cannot be parsed (corrupt, truncated, foreign) is
 skipped with a logged warning instead of failing the read.
@@ -73,6 +74,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.storage import atomic_write_json, file_lock, remove_stale_temp_files
 
 log = logging.getLogger(__name__)
@@ -196,13 +198,14 @@ def _validate_writes(data: Any) -> None:
             raise ValueError("bad write entry")
 
 
-def _read_json(path: Path) -> Any:
-    """The parsed JSON in ``path``; None if missing (silently) or unreadable (with a warning)."""
+def _read_json(root: Path, path: Path) -> Any:
+    """The parsed JSON in ``path``; None if missing (silently) or unreadable or refused by the path
+    guard (a link out of ``root``, several hard links) (with a warning)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_inside(root, path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, UnsafePath) as exc:
         log.warning("checkpointer: skipping unreadable file %s: %s", path, exc)
         return None
     try:
@@ -237,6 +240,9 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
             raise ValueError("keep must be at least 1 (or None to keep every checkpoint)")
         self.root = Path(root)
         self.keep = keep
+
+    def _write_json(self, path: Path, data: Any) -> None:
+        atomic_write_json(path, data, root=self.root)
 
     # -- paths ---------------------------------------------------------------------------------
 
@@ -302,7 +308,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
             path = ns_dir / name
             checkpoint_id = decode_name(name[: -len(_WRITES_SUFFIX)])
             if checkpoint_id is None:
-                data = _read_json(path)
+                data = _read_json(self.root, path)
                 if not isinstance(data, dict) or not isinstance(data.get("checkpoint_id"), str):
                     continue
                 checkpoint_id = data["checkpoint_id"]
@@ -312,7 +318,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
     # -- reading -------------------------------------------------------------------------------
 
     def _read_record(self, path: Path) -> _Record | None:
-        data = _read_json(path)
+        data = _read_json(self.root, path)
         if data is None:
             return None
         try:
@@ -330,7 +336,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
         )
 
     def _read_writes_entries(self, path: Path) -> builtins.list[dict[str, Any]]:
-        data = _read_json(path)
+        data = _read_json(self.root, path)
         if data is None:
             return []
         try:
@@ -532,7 +538,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
                 "metadata": _typed_to_json(self.serde.dumps_typed(full_metadata)),
                 "channel_values": blobs,
             }
-            atomic_write_json(self._checkpoint_path(ns_dir, checkpoint["id"]), record)
+            self._write_json(self._checkpoint_path(ns_dir, checkpoint["id"]), record)
             if self.keep is not None and not _uses_delta_channels(full_metadata):
                 self._retain(ns_dir, self.keep)
         return {
@@ -621,7 +627,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
                     entries.append(entry)
                 changed = True
             if changed:
-                atomic_write_json(
+                self._write_json(
                     path,
                     {
                         "format": WRITES_FORMAT,
@@ -699,12 +705,12 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
                     record = self._read_record(path)
                     if record is None:
                         continue
-                    atomic_write_json(
+                    self._write_json(
                         target_ns_dir / path.name, {**record.raw, "thread_id": str(target_thread_id)}
                     )
                     copied = True
                     writes_path = self._writes_path(ns_dir, checkpoint_id)
-                    writes = _read_json(writes_path)
+                    writes = _read_json(self.root, writes_path)
                     if writes is None:
                         continue
                     try:
@@ -712,7 +718,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
                     except ValueError as exc:
                         log.warning("checkpointer: not copying invalid writes file %s: %s", writes_path, exc)
                         continue
-                    atomic_write_json(
+                    self._write_json(
                         target_ns_dir / writes_path.name, {**writes, "thread_id": str(target_thread_id)}
                     )
                 if copied and self.keep is not None:
@@ -796,9 +802,9 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
             thread_dir = self.thread_dir(thread_id)
             ns_dir = self._ns_dir(thread_id, checkpoint_ns)
             with file_lock(thread_dir):
-                atomic_write_json(self._checkpoint_path(ns_dir, checkpoint_id), record)
+                self._write_json(self._checkpoint_path(ns_dir, checkpoint_id), record)
                 if entry["writes"]:
-                    atomic_write_json(
+                    self._write_json(
                         self._writes_path(ns_dir, checkpoint_id),
                         {
                             "format": WRITES_FORMAT,

@@ -263,7 +263,7 @@ class SessionManager:
         self.adapter_factories = adapter_factories
         self.adapters: dict[str, RuntimeAdapter] = {}
         self.runs: dict[str, Run] = {}
-        self.approvals = ApprovalStore(store.directory)
+        self.approvals = ApprovalStore(store.directory, store.home)
 
     def is_running(self, session_id: str) -> bool:
         run = self.runs.get(session_id)

@@ -4,19 +4,25 @@ v2 file: ``{title, created_at, updated_at, compressed_context, messages}``; a me
 ``{role, content}`` and an assistant segment may carry ``tool_calls: [{tool, input, output}]``.
 A v1 file (a bare array of messages) is migrated to v2 when read. Every write is atomic and
 serialised per file, so a crash never leaves a corrupt session and turns on different sessions
-never wait for each other.
+never wait for each other. Reads, writes and the listing go through the path guard
+(``clawlet.paths``) with the home as root: a session file that is a symlink out of the home or has
+more than one hard link is neither listed nor read (it counts as not found) nor written through.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from clawlet.paths import UnsafePath, is_safe_entry, read_text_inside
 from clawlet.storage import atomic_write_json, file_lock
+
+log = logging.getLogger(__name__)
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 SUMMARY_PREFIX = "[以下是之前对话的摘要]"
@@ -109,17 +115,20 @@ def _coerce(raw: Any, fallback_time: float) -> SessionData:
 
 
 class TranscriptStore:
-    """Reads and writes session transcripts under one ``sessions/`` directory."""
+    """Reads and writes session transcripts under one ``sessions/`` directory; ``home`` is the
+    root the path guard keeps them in (the directory itself when not given)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, home: Path | None = None) -> None:
         self.directory = directory
+        self.home = home if home is not None else directory
         self.archive_directory = directory / "archive"
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{validate_session_id(session_id)}.json"
 
     def exists(self, session_id: str) -> bool:
-        return self.path_for(session_id).is_file()
+        path = self.path_for(session_id)
+        return path.is_file() and is_safe_entry(self.home, path)
 
     def _parse(self, path: Path) -> Any:
         try:
@@ -144,13 +153,16 @@ class TranscriptStore:
             except ValueError as exc:
                 raise SessionCorrupt(session_id) from exc
             if isinstance(raw, list):
-                atomic_write_json(path, data)
+                atomic_write_json(path, data, root=self.home)
             return data
 
     def _raw_text(self, path: Path) -> str:
         try:
-            return path.read_text(encoding="utf-8")
+            return read_text_inside(self.home, path)
         except FileNotFoundError as exc:
+            raise SessionNotFound(path.stem) from exc
+        except UnsafePath as exc:
+            log.warning("session file %s refused: %s", path, exc)
             raise SessionNotFound(path.stem) from exc
 
     def load_messages(self, session_id: str) -> list[StoredMessage]:
@@ -164,7 +176,7 @@ class TranscriptStore:
                 return session_id, self._read(path)
             data = _new_session(time.time())
             data["title"] = title
-            atomic_write_json(path, data)
+            atomic_write_json(path, data, root=self.home)
             return session_id, data
 
     def ensure(self, session_id: str) -> None:
@@ -177,11 +189,11 @@ class TranscriptStore:
         if not self.directory.is_dir():
             return items
         for path in self.directory.glob("*.json"):
-            if not SESSION_ID_PATTERN.fullmatch(path.stem):
+            if not SESSION_ID_PATTERN.fullmatch(path.stem) or not is_safe_entry(self.home, path):
                 continue
             try:
                 data = self._read(path)
-            except (ValueError, OSError):
+            except (ValueError, OSError, SessionNotFound):
                 continue
             items.append(
                 {
@@ -206,7 +218,7 @@ class TranscriptStore:
                 data = _new_session(time.time())
             change(data)
             data["updated_at"] = time.time()
-            atomic_write_json(path, data)
+            atomic_write_json(path, data, root=self.home)
             return data
 
     def append(
@@ -303,10 +315,11 @@ def archive_and_summarise(
         atomic_write_json(
             archive_path,
             {"session_id": session_id, "archived_at": time.time(), "messages": archived},
+            root=store.home,
         )
         data["messages"] = data["messages"][count:]
         previous = data["compressed_context"]
         data["compressed_context"] = f"{previous}\n---\n{summary}" if previous else summary
         data["updated_at"] = time.time()
-        atomic_write_json(path, data)
+        atomic_write_json(path, data, root=store.home)
         return count, len(data["messages"])

@@ -3,6 +3,8 @@
 Frontmatter follows OpenClaw/ClawHub: ``name``, ``description`` (required), and ``metadata`` whose
 ``openclaw`` (legacy ``clawdbot``) key may hold ``requires: {bins, anyBins, env}`` and ``os``.
 A malformed SKILL.md is reported in the scan result and skipped; it never stops the scan.
+SKILL.md files are read through the path guard (``clawlet.paths``): a skill directory or file
+linked from outside the home, or a multiply linked SKILL.md, is reported and skipped the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from xml.sax.saxutils import escape
 
 import yaml
 
+from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.storage import atomic_write_text
 
@@ -155,7 +158,9 @@ def skill_summary(text: str, default_name: str) -> dict[str, Any]:
 
 def parse_skill(path: Path, root: Path) -> Skill:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_inside(root, path)
+    except UnsafePath as exc:  # a skill directory or SKILL.md linked from outside the home
+        raise SkillError(f"refused: {exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise SkillError(f"cannot read: {exc}") from exc
     front, _body = split_frontmatter(text)
@@ -216,9 +221,12 @@ def refresh_snapshot(root: Path) -> ScanResult:
     snapshot = render_snapshot(result.skills)
     path = root / "SKILLS_SNAPSHOT.md"
     try:
-        current = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        current: str | None = read_text_inside(root, path, errors="replace")
+    except (FileNotFoundError, UnsafePath):
         current = None
     if current != snapshot:
-        atomic_write_text(path, snapshot)
+        try:
+            atomic_write_text(path, snapshot, root=root)
+        except UnsafePath as exc:
+            log.warning("not writing %s: %s", path, exc)
     return result

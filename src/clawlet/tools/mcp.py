@@ -20,6 +20,7 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
+from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.tools.base import scrubbed_environment
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,11 @@ def read_mcp_config(home: Path) -> dict[str, dict[str, Any]]:
     """The configured servers (empty when there is no ``mcp.json``)."""
     path = home / MCP_CONFIG_FILE
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_text_inside(home, path))
     except FileNotFoundError:
         return {}
+    except UnsafePath as exc:
+        raise McpConfigError(f"{MCP_CONFIG_FILE} is refused: {exc}") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise McpConfigError(f"{MCP_CONFIG_FILE} is not valid JSON: {exc}") from exc
     servers = raw.get("mcpServers") if isinstance(raw, dict) else None

@@ -1,4 +1,6 @@
-"""``read_file``: read a file (or list a directory) inside the clawlet home, never outside it."""
+"""``read_file``: read a file (or list a directory) inside the clawlet home, never outside it: paths go
+through the path guard (``clawlet.paths``), so links out of the home and files with several hard links
+are refused."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.paths import UnsafePath, read_bytes_inside, resolve_inside
 from clawlet.tools.base import ToolError, cap_output
 
 MAX_OUTPUT_CHARS = 10_000
@@ -21,14 +23,14 @@ def make_read_file_tool(root: Path) -> BaseTool:
     def read_file(path: str) -> str:
         try:
             target = resolve_inside(root, path)
-        except PathOutsideRoot as exc:
+            if target.is_dir():
+                entries = sorted(child.name + ("/" if child.is_dir() else "") for child in target.iterdir())
+                return cap_output("\n".join(entries) or "(empty directory)", MAX_OUTPUT_CHARS)
+            data = read_bytes_inside(root, target)
+        except UnsafePath as exc:
             raise ToolError(str(exc)) from exc
-        if target.is_dir():
-            entries = sorted(child.name + ("/" if child.is_dir() else "") for child in target.iterdir())
-            return cap_output("\n".join(entries) or "(empty directory)", MAX_OUTPUT_CHARS)
-        if not target.is_file():
-            raise ToolError(f"file not found: {path}")
-        data = target.read_bytes()
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise ToolError(f"file not found: {path}") from exc
         if b"\x00" in data[:4096]:
             raise ToolError(f"{path} is a binary file")
         return cap_output(data.decode("utf-8", errors="replace"), MAX_OUTPUT_CHARS)

@@ -26,6 +26,6 @@ def build_tools(settings: Settings, knowledge: KnowledgeBase) -> list[BaseTool]:
         make_fetch_tool(settings.fetch_timeout),
         make_read_file_tool(home),
         make_knowledge_tool(knowledge),
-        make_memory_tool(settings.paths.memory_file),
+        make_memory_tool(settings.paths.memory_file, home),
         make_ask_user_tool(),
     ]
