@@ -42,8 +42,12 @@ export default defineConfig({
   },
   worker: { format: 'es' },
   server: {
-    // /auth: whether the UIs must ask for a token (lib/auth)
-    proxy: { '/api': 'http://127.0.0.1:8002', '/auth': 'http://127.0.0.1:8002' },
+    // /auth: whether the UIs must ask for a token (lib/auth). changeOrigin: clawlet checks Host, so
+    // the proxy sends the server's own (start it with CLAWLET_ALLOWED_ORIGINS=http://localhost:5173)
+    proxy: {
+      '/api': { target: 'http://127.0.0.1:8002', changeOrigin: true },
+      '/auth': { target: 'http://127.0.0.1:8002', changeOrigin: true },
+    },
   },
   test: {
     include: ['src/**/*.test.ts', 'src/**/*.test.tsx'],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,11 +25,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.secret_env import held_secrets
 from clawlet.storage import atomic_write_json, file_lock
-
-log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "demo", "openai", "deepseek", "anthropic"]
 ApprovalPolicy = Literal["allow", "ask", "deny"]
@@ -89,6 +85,12 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(
         default=None, validation_alias=AliasChoices("CLAWLET_API_KEYS", "API_KEYS")
     )  # several accepted tokens, comma-separated
+    #: further names the server answers to in ``Host`` (comma-separated, ``name`` or ``name:port``;
+    #: ``*``: any), beyond localhost and its own addresses (see clawlet.api.origin_guard)
+    allowed_hosts: str | None = None
+    #: browser origins (``https://name[:port]``, comma-separated; ``*``: any) besides the server's own
+    #: that may open WebSockets and send state-changing requests
+    allowed_origins: str | None = None
 
     workspace_base: Path | None = Field(
         default=None, validation_alias=AliasChoices("CLAWLET_WORKSPACE_BASE", "WORKSPACE_BASE")
@@ -292,11 +294,8 @@ class RuntimeConfig:
 
     def _read(self) -> dict[str, object]:
         try:
-            data = json.loads(read_text_inside(self.path.parent, self.path))
+            data = json.loads(self.path.read_text(encoding="utf-8"))
         except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        except (UnsafePath, UnicodeDecodeError) as exc:  # a config.json linked out of the home
-            log.warning("ignoring %s: %s", self.path, exc)
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -307,7 +306,7 @@ class RuntimeConfig:
         with file_lock(self.path):
             data = self._read()
             data["rag_mode"] = enabled
-            atomic_write_json(self.path, data, root=self.path.parent)
+            atomic_write_json(self.path, data)
 
     def get_tool_approvals(self) -> dict[str, ApprovalPolicy]:
         """This file's own approval policies (entries that are not valid policies are ignored)."""
@@ -334,4 +333,4 @@ class RuntimeConfig:
                 data[TOOL_APPROVALS_KEY] = dict(sorted(policies.items()))
             else:
                 data.pop(TOOL_APPROVALS_KEY, None)
-            atomic_write_json(self.path, data, root=self.path.parent)
+            atomic_write_json(self.path, data)

@@ -19,6 +19,7 @@ from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
 from clawlet.api.inbox import install_inbox
 from clawlet.api.openai import chat as openai_chat
 from clawlet.api.openai.errors import openai_error
+from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.static import install_static
 from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
@@ -44,8 +45,8 @@ def token_matches(accepted: list[str], authorization: str | None) -> bool:
 
 
 class TokenGuard:
-    """ASGI middleware: ``/api/*``, ``/v1/*`` and ``/process`` need ``Authorization: Bearer
-    <token>`` (each surface answers 401 in its own error format); other paths pass. Plain ASGI, so
+    """ASGI middleware: ``/api/*``, ``/v1/*``, ``/process`` and the API docs need ``Authorization:
+    Bearer <token>`` (each surface answers 401 in its own error format); other paths pass. Plain ASGI, so
     streamed responses are not copied through an extra stream."""
 
     def __init__(self, app: ASGIApp, tokens: list[str]) -> None:
@@ -73,10 +74,17 @@ async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
     await unauthorized(path)(scope, receive, send)
 
 
+#: FastAPI's API documentation: it describes every guarded route, so it is guarded too
+DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+
+
 def is_guarded(scope: Scope) -> bool:
-    """Whether a request needs a bearer token: HTTP requests to ``/api/*``, ``/v1/*`` and ``/process``."""
+    """Whether a request needs a bearer token: HTTP requests to ``/api/*``, ``/v1/*``, ``/process``
+    and the API documentation."""
     path: str = scope.get("path", "")
-    return scope["type"] == "http" and (path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process")
+    return scope["type"] == "http" and (
+        path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process" or path in DOCS_PATHS
+    )
 
 
 def unauthorized(path: str) -> Response:
@@ -97,9 +105,11 @@ def create_app(
     list_agents: AgentLister | None = None,
     list_models: ModelLister | None = None,
     runtimes: RuntimeTable = local_runtimes,
+    check_origins: bool = True,
 ) -> FastAPI:
     """The app of one clawlet home. ``runtimes`` says where sessions run (default: in this process;
-    cluster mode passes remote ones, see :mod:`clawlet.cluster.frontend`)."""
+    cluster mode passes remote ones, see :mod:`clawlet.cluster.frontend`). ``check_origins=False``
+    when an outer app already checks Host and Origin (:mod:`clawlet.api.origin_guard`)."""
     settings = settings or Settings()
     services: Services = build_services(settings, demo_token_delay=demo_token_delay, runtimes=runtimes)
     workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes)
@@ -130,6 +140,8 @@ def create_app(
 
     if settings.accepted_tokens:
         app.add_middleware(TokenGuard, tokens=settings.accepted_tokens)
+    if check_origins:  # outside the token check: a request for another Host is refused first
+        app.add_middleware(OriginGuard, policy=OriginPolicy.from_settings(settings))
 
     for module in (chat, sessions, compress, skills, files, tokens, config_api):
         app.include_router(module.router, prefix="/api")

@@ -5,7 +5,8 @@
 Starlette app for ``--gateway-port`` (OpenClaw clients expect ``ws://host:18789`` with no path);
 :func:`serve_with_gateway_port` runs both in one event loop (:func:`serve_together`: one signal
 handler for every uvicorn server).
-The HTTP token middleware does not cover WebSockets: the gateway checks its token in ``connect``.
+The HTTP token middleware does not cover WebSockets: the gateway checks its token in ``connect``;
+Host and Origin are checked before the upgrade (:class:`~clawlet.api.origin_guard.OriginGuard`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastapi import APIRouter, FastAPI, WebSocket
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
+from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.config import Settings
 from clawlet.gateway.asgi import serve_websocket
 from clawlet.gateway.server import GatewayServer
@@ -35,12 +37,14 @@ async def gateway_socket(websocket: WebSocket) -> None:
 
 
 def build_gateway_app(server: GatewayServer) -> Starlette:
-    """A WebSocket-only app serving the gateway at ``/`` and ``/gateway``."""
+    """A WebSocket-only app serving the gateway at ``/`` and ``/gateway``, with the main app's Host
+    and Origin checks (:mod:`clawlet.api.origin_guard`)."""
 
     async def endpoint(websocket: WebSocket) -> None:
         await serve_websocket(server, websocket)
 
     app = Starlette(routes=[WebSocketRoute("/", endpoint), WebSocketRoute("/gateway", endpoint)])
+    app.add_middleware(OriginGuard, policy=OriginPolicy.from_settings(server.settings))
     app.state.gateway = server
     return app
 

@@ -238,7 +238,8 @@ def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: 
     url = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown_host}:{port}"
     config = build_config(data_dir, url)
     atomic_write_json(config.data_dir / SERVER_FILE, {"public_url": url})
-    app = create_cluster_app(config, settings)
+    # the Host check (clawlet.api.origin_guard) answers to the address it listens on
+    app = create_cluster_app(config, settings.model_copy(update={"host": host}))
     print(f"clawlet {__version__} control plane · data {config.data_dir}")
     print(f"listening on http://{shown_host}:{port}  (execution planes: {config.ws_url})", flush=True)
     configure_logging(settings.log_format, settings.log_level)

@@ -42,6 +42,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -50,6 +51,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clawlet.api.app import create_app, is_guarded, refuse
 from clawlet.api.errors import ApiError, install_error_handlers
+from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.sse import KEEPALIVE
 from clawlet.api.static import install_static
 from clawlet.cluster.control_plane import (
@@ -131,7 +133,8 @@ class UserApps:
             # every runtime type goes to the execution plane, which resolves and checks it
             return {"engine": remote}
 
-        return create_app(settings, runtimes=runtimes)
+        # the frontend's own guard already checked Host and Origin (create_cluster_app)
+        return create_app(settings, runtimes=runtimes, check_origins=False)
 
     async def aclose(self) -> None:
         await self._stack.aclose()
@@ -139,15 +142,22 @@ class UserApps:
 
 
 class ClusterFrontend:
-    """ASGI: guarded paths go to the token's user's app, everything else to the control plane's."""
+    """ASGI: every request passes the Host and Origin checks of ``policy`` (``/ws/vm`` too); then
+    guarded paths go to the token's user's app, everything else to the control plane's."""
 
-    def __init__(self, control_app: FastAPI, plane: ControlPlane, users: UserApps) -> None:
+    def __init__(
+        self, control_app: FastAPI, plane: ControlPlane, users: UserApps, policy: OriginPolicy
+    ) -> None:
         self.control_app = control_app
         self.plane = plane
         self.users = users
         self.cluster_api = cluster_api(plane)
+        self.checked = OriginGuard(self.route, policy)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.checked(scope, receive, send)
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not is_guarded(scope):
             await self.control_app(scope, receive, send)
             return
@@ -267,7 +277,9 @@ def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = N
         )
 
     install_static(control_app)
-    return ClusterFrontend(control_app, plane, users)
+    # execution planes connect to the public URL, so its host name is one this server answers to
+    policy = OriginPolicy.from_settings(users.settings, also_hosts=[urlsplit(config.public_url).netloc])
+    return ClusterFrontend(control_app, plane, users, policy)
 
 
 def _chain(outer: Any, inner: Any) -> Any:

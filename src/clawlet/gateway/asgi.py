@@ -1,6 +1,6 @@
 """Starlette/FastAPI WebSockets as gateway transports.
 
-:func:`serve_websocket` checks the Origin, accepts the socket and hands it to
+:func:`serve_websocket` accepts the socket and hands it to
 :meth:`GatewayServer.handle`; :class:`StarletteTransport` is the small
 :class:`~clawlet.gateway.server.Transport` over a Starlette ``WebSocket``.
 """
@@ -8,13 +8,10 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 
 from starlette.websockets import WebSocket, WebSocketState
 
-from clawlet.gateway.server import CLOSE_NORMAL, CLOSE_POLICY, GatewayServer
-
-log = logging.getLogger(__name__)
+from clawlet.gateway.server import CLOSE_NORMAL, GatewayServer
 
 
 class StarletteTransport:
@@ -26,7 +23,7 @@ class StarletteTransport:
     async def send_text(self, text: str) -> None:
         await self.websocket.send_text(text)
 
-    async def receive_text(self) -> str | bytes | None:
+    async def receive_text(self) -> str | None:
         try:
             message = await self.websocket.receive()
         except (RuntimeError, OSError):
@@ -38,7 +35,7 @@ class StarletteTransport:
             return text
         data = message.get("bytes")
         if isinstance(data, bytes | bytearray):
-            return bytes(data)  # decoded (strictly, as UTF-8) with the frame
+            return bytes(data).decode("utf-8", "replace")
         return ""
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
@@ -49,16 +46,8 @@ class StarletteTransport:
 
 
 async def serve_websocket(server: GatewayServer, websocket: WebSocket) -> None:
-    """Serve one gateway connection on a Starlette WebSocket (not yet accepted)."""
-    origin = websocket.headers.get("origin")
+    """Serve one gateway connection on a Starlette WebSocket (not yet accepted; its Host and Origin
+    were checked by :class:`~clawlet.api.origin_guard.OriginGuard`)."""
     remote = websocket.client.host if websocket.client else "?"
-    if not server.origin_allowed(origin, websocket.headers.get("host")):
-        log.warning(
-            "gateway connection from origin %s refused (no gateway token configured)",
-            origin,
-            extra={"event": "gateway_origin_refused"},
-        )
-        await websocket.close(code=CLOSE_POLICY)
-        return
     await websocket.accept()
     await server.handle(StarletteTransport(websocket), remote=remote)

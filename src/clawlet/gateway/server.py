@@ -50,10 +50,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from clawlet import __version__
-from clawlet.config import Settings, is_loopback
+from clawlet.config import Settings
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import (
@@ -105,7 +104,6 @@ from clawlet.gateway.protocol import (
     decode,
     encode,
     event_frame,
-    lone_surrogate_path,
     now_ms,
     parse_session_key,
     response_error,
@@ -155,14 +153,7 @@ ASK_CONTEXT = RunContext(approval_mode="ask")
 """Turns of connections that can answer approvals may pause for them."""
 
 MAX_BUFFERED_BYTES = 16 * 1024 * 1024
-"""``policy.maxBufferedBytes``: a peer this far behind (UTF-8 bytes queued) is dropped as a slow
-consumer."""
-MAX_CHAT_MESSAGE_CHARS = 100_000
-"""The longest ``chat.send`` message (the workbench's and the inbox's limit too)."""
-MAX_REQUEST_ID_CHARS = 512
-"""The longest request ``id`` answered under its own id (longer ones are refused as ``unknown``)."""
-MAX_CLOSE_REASON_BYTES = 120
-"""A close frame's reason fits in 123 bytes."""
+"""``policy.maxBufferedBytes``: a peer this far behind is dropped as a slow consumer."""
 HANDSHAKE_TIMEOUT_SECONDS = 10.0
 DELTA_INTERVAL_SECONDS = 0.05
 """Text deltas are coalesced to at most one ``delta`` event per run in this interval."""
@@ -185,7 +176,6 @@ CLOSE_NORMAL = 1000
 CLOSE_PROTOCOL_ERROR = 1002
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
-CLOSE_INTERNAL_ERROR = 1011
 CLOSE_RESTART = 1012
 
 
@@ -195,51 +185,11 @@ class Transport(Protocol):
     async def send_text(self, text: str) -> None:
         """Send one text frame; raise if the peer is gone."""
 
-    async def receive_text(self) -> str | bytes | None:
-        """The next frame (a text frame as str, a binary one as its bytes), or None once the peer
-        disconnected."""
+    async def receive_text(self) -> str | None:
+        """The next text frame, or None once the peer disconnected."""
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Close the socket (never raises when it is already closed)."""
-
-
-def is_loopback_host(host: str | None) -> bool:
-    return bool(host) and is_loopback(str(host).lower())
-
-
-def frame_size(frame: str | bytes) -> int:
-    """A frame's size in UTF-8 bytes, as it travels."""
-    if isinstance(frame, bytes) or frame.isascii():
-        return len(frame)
-    return len(frame.encode("utf-8", "surrogatepass"))
-
-
-def close_reason(text: str) -> str:
-    """``text`` cut to what a close frame's reason may hold (whole UTF-8 characters)."""
-    return text.encode("utf-8", "replace")[:MAX_CLOSE_REASON_BYTES].decode("utf-8", "ignore")
-
-
-def screen_request(frame: dict[str, Any], text: str | bytes) -> tuple[str, GatewayError | None]:
-    """The id to answer a decoded frame under and what makes it unusable as a request, if anything:
-    a string that is not valid Unicode (a lone surrogate) anywhere in it, a frame that is not
-    ``req``, an id that is not a non-empty string of at most ``MAX_REQUEST_ID_CHARS``. Frames that
-    pass reach the handlers; the rest are answered with the error (under ``unknown`` when the id
-    itself is unusable)."""
-    raw_id = frame.get("id")
-    surrogate = lone_surrogate_path(frame, text)
-    id_ok = isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_REQUEST_ID_CHARS and surrogate != "id"
-    request_id = raw_id if id_ok and isinstance(raw_id, str) else "unknown"
-    if surrogate is not None:
-        where = surrogate if len(surrogate) <= 80 else surrogate[:80] + "…"
-        return request_id, _invalid(f"invalid request frame: {where} is not valid Unicode (a lone surrogate)")
-    if frame["type"] != "req":
-        return request_id, _invalid(f"unexpected {frame['type']} frame: send req frames")
-    if not isinstance(raw_id, str) or not raw_id:
-        return request_id, _invalid("invalid request frame: id must be a non-empty string")
-    if len(raw_id) > MAX_REQUEST_ID_CHARS:
-        limit = MAX_REQUEST_ID_CHARS
-        return request_id, _invalid(f"invalid request frame: id must be at most {limit} characters")
-    return request_id, None
 
 
 def stable_session_id(rest: str) -> str:
@@ -427,7 +377,7 @@ class Connection:
         except (TypeError, ValueError):
             log.exception("gateway frame could not be encoded")
             return False
-        self._buffered += frame_size(text)
+        self._buffered += len(text)
         if self._buffered > self.max_buffered:
             log.warning("gateway client %s is too slow; closing it", self.remote)
             self.abort(CLOSE_POLICY, "slow consumer")
@@ -447,7 +397,7 @@ class Connection:
         if self.closing:
             return
         self.closing = True
-        self._queue.put_nowait(_Close(code, close_reason(reason)))
+        self._queue.put_nowait(_Close(code, reason[:120]))
 
     def abort(self, code: int, reason: str) -> None:
         """Close now, dropping whatever is still queued."""
@@ -459,7 +409,7 @@ class Connection:
 
     async def _close_transport(self, code: int, reason: str) -> None:
         with contextlib.suppress(Exception):
-            await self.transport.close(code, close_reason(reason))
+            await self.transport.close(code, reason[:120])
 
     async def _send_loop(self) -> None:
         while True:
@@ -467,6 +417,7 @@ class Connection:
             if isinstance(item, _Close):
                 await self._close_transport(item.code, item.reason)
                 return
+            self._buffered -= len(item)
             try:
                 await self.transport.send_text(item)
             except asyncio.CancelledError:
@@ -474,7 +425,6 @@ class Connection:
             except Exception:
                 self.closing = True  # the peer is gone; nothing more can be sent
                 return
-            self._buffered -= frame_size(item)  # counted until the transport took it
 
     async def _tick_loop(self, interval: float) -> None:
         while not self.closing:
@@ -607,17 +557,6 @@ class GatewayServer:
 
     # -- connection lifecycle ---------------------------------------------------------------------
 
-    def origin_allowed(self, origin: str | None, host: str | None) -> bool:
-        """Refuse cross-site browser pages when no token protects the gateway (a page on any site
-        could otherwise drive the agents through the user's browser). Clients that send no Origin,
-        same-origin pages and pages served from loopback are accepted."""
-        if not origin or self.settings.gateway_tokens:
-            return True
-        parts = urlsplit(origin)
-        if host and parts.netloc.lower() == host.lower():
-            return True
-        return is_loopback_host(parts.hostname)
-
     async def handle(self, transport: Transport, *, remote: str = "?") -> None:
         """Serve one accepted connection until it closes; never raises."""
         conn = Connection(transport, remote, self.max_buffered_bytes)
@@ -631,7 +570,6 @@ class GatewayServer:
             raise
         except Exception:
             log.exception("gateway connection from %s failed", remote)
-            conn.close(CLOSE_INTERNAL_ERROR, "internal error")
         finally:
             self.connections.discard(conn)
             await conn.finish()
@@ -651,7 +589,7 @@ class GatewayServer:
             for task in pending:
                 task.cancel()
 
-    async def _receive(self, conn: Connection, timeout: float | None = None) -> str | bytes | None:
+    async def _receive(self, conn: Connection, timeout: float | None = None) -> str | None:
         try:
             if timeout is None:
                 return await conn.transport.receive_text()
@@ -677,18 +615,17 @@ class GatewayServer:
             return False
         if text is None:
             return False
-        if frame_size(text) > MAX_PRECONNECT_FRAME_BYTES:
+        if len(text.encode("utf-8", "replace")) > MAX_PRECONNECT_FRAME_BYTES:
             error = _invalid(f"frame before connect exceeds {MAX_PRECONNECT_FRAME_BYTES} bytes")
             return self._fail(conn, "unknown", error, CLOSE_TOO_BIG)
         try:
             frame = decode(text)
         except FrameError as exc:
             return self._fail(conn, "unknown", _invalid(str(exc)))
-        request_id, problem = screen_request(frame, text)
-        if frame["type"] != "req" or frame.get("method") != "connect":
-            problem = _invalid("invalid handshake: first request must be connect")
-        if problem is not None:
-            return self._fail(conn, request_id, problem)
+        raw_id = frame.get("id")
+        request_id = raw_id if isinstance(raw_id, str) and raw_id else "unknown"
+        if frame.get("type") != "req" or frame.get("method") != "connect":
+            return self._fail(conn, request_id, _invalid("invalid handshake: first request must be connect"))
         params = frame.get("params")
         try:
             hello = self._connect(conn, params if isinstance(params, dict) else None)
@@ -801,7 +738,7 @@ class GatewayServer:
             text = await self._receive(conn)
             if text is None:
                 return
-            if frame_size(text) > MAX_FRAME_BYTES:
+            if len(text.encode("utf-8", "replace")) > MAX_FRAME_BYTES:
                 self._fail(conn, "unknown", _invalid(f"frame exceeds {MAX_FRAME_BYTES} bytes"), CLOSE_TOO_BIG)
                 return
             try:
@@ -812,19 +749,24 @@ class GatewayServer:
                 log.exception("gateway frame handling failed")
                 conn.send(response_error("unknown", GatewayError(UNAVAILABLE, "internal error")))
 
-    async def _handle_frame(self, conn: Connection, text: str | bytes) -> None:
+    async def _handle_frame(self, conn: Connection, text: str) -> None:
         try:
             frame = decode(text)
         except FrameError as exc:
             conn.send(response_error("unknown", _invalid(str(exc))))
             return
-        request_id, problem = screen_request(frame, text)
-        if problem is not None:
-            conn.send(response_error(request_id, problem))
+        raw_id = frame.get("id")
+        request_id = raw_id if isinstance(raw_id, str) and raw_id else "unknown"
+        if frame["type"] != "req":
+            conn.send(
+                response_error(request_id, _invalid(f"unexpected {frame['type']} frame: send req frames"))
+            )
             return
         method = frame.get("method")
         params = frame.get("params")
         try:
+            if request_id == "unknown":
+                raise _invalid("invalid request frame: id must be a non-empty string")
             if not isinstance(method, str) or not method:
                 raise _invalid("invalid request frame: method must be a non-empty string")
             if params is None:
@@ -907,12 +849,6 @@ class GatewayServer:
             raise _invalid("invalid chat.send params: message must be a string")
         if not message.strip():
             raise _invalid("invalid chat.send params: message must not be empty")
-        if len(message) > MAX_CHAT_MESSAGE_CHARS:
-            raise _invalid(
-                f"invalid chat.send params: message must be at most {MAX_CHAT_MESSAGE_CHARS} characters "
-                f"(it has {len(message)})",
-                {"maxChars": MAX_CHAT_MESSAGE_CHARS, "chars": len(message)},
-            )
         assert key is not None and idempotency_key is not None
         if idempotency_key in self._idempotency:
             self._idempotency.move_to_end(idempotency_key)
