@@ -23,7 +23,7 @@ class StarletteTransport:
     async def send_text(self, text: str) -> None:
         await self.websocket.send_text(text)
 
-    async def receive_text(self) -> str | None:
+    async def receive_text(self) -> str | bytes | None:
         try:
             message = await self.websocket.receive()
         except (RuntimeError, OSError):
@@ -35,7 +35,7 @@ class StarletteTransport:
             return text
         data = message.get("bytes")
         if isinstance(data, bytes | bytearray):
-            return bytes(data).decode("utf-8", "replace")
+            return bytes(data)  # decoded (strictly, as UTF-8) with the frame
         return ""
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:

@@ -104,6 +104,7 @@ from clawlet.gateway.protocol import (
     decode,
     encode,
     event_frame,
+    lone_surrogate_path,
     now_ms,
     parse_session_key,
     response_error,
@@ -153,7 +154,14 @@ ASK_CONTEXT = RunContext(approval_mode="ask")
 """Turns of connections that can answer approvals may pause for them."""
 
 MAX_BUFFERED_BYTES = 16 * 1024 * 1024
-"""``policy.maxBufferedBytes``: a peer this far behind is dropped as a slow consumer."""
+"""``policy.maxBufferedBytes``: a peer this far behind (UTF-8 bytes queued) is dropped as a slow
+consumer."""
+MAX_CHAT_MESSAGE_CHARS = 100_000
+"""The longest ``chat.send`` message (the workbench's and the inbox's limit too)."""
+MAX_REQUEST_ID_CHARS = 512
+"""The longest request ``id`` answered under its own id (longer ones are refused as ``unknown``)."""
+MAX_CLOSE_REASON_BYTES = 120
+"""A close frame's reason fits in 123 bytes."""
 HANDSHAKE_TIMEOUT_SECONDS = 10.0
 DELTA_INTERVAL_SECONDS = 0.05
 """Text deltas are coalesced to at most one ``delta`` event per run in this interval."""
@@ -176,6 +184,7 @@ CLOSE_NORMAL = 1000
 CLOSE_PROTOCOL_ERROR = 1002
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
+CLOSE_INTERNAL_ERROR = 1011
 CLOSE_RESTART = 1012
 
 
@@ -185,11 +194,47 @@ class Transport(Protocol):
     async def send_text(self, text: str) -> None:
         """Send one text frame; raise if the peer is gone."""
 
-    async def receive_text(self) -> str | None:
-        """The next text frame, or None once the peer disconnected."""
+    async def receive_text(self) -> str | bytes | None:
+        """The next frame (a text frame as str, a binary one as its bytes), or None once the peer
+        disconnected."""
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Close the socket (never raises when it is already closed)."""
+
+
+def frame_size(frame: str | bytes) -> int:
+    """A frame's size in UTF-8 bytes, as it travels."""
+    if isinstance(frame, bytes) or frame.isascii():
+        return len(frame)
+    return len(frame.encode("utf-8", "surrogatepass"))
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to what a close frame's reason may hold (whole UTF-8 characters)."""
+    return text.encode("utf-8", "replace")[:MAX_CLOSE_REASON_BYTES].decode("utf-8", "ignore")
+
+
+def screen_request(frame: dict[str, Any], text: str | bytes) -> tuple[str, GatewayError | None]:
+    """The id to answer a decoded frame under and what makes it unusable as a request, if anything:
+    a string that is not valid Unicode (a lone surrogate) anywhere in it, a frame that is not
+    ``req``, an id that is not a non-empty string of at most ``MAX_REQUEST_ID_CHARS``. Frames that
+    pass reach the handlers; the rest are answered with the error (under ``unknown`` when the id
+    itself is unusable)."""
+    raw_id = frame.get("id")
+    surrogate = lone_surrogate_path(frame, text)
+    id_ok = isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_REQUEST_ID_CHARS and surrogate != "id"
+    request_id = raw_id if id_ok and isinstance(raw_id, str) else "unknown"
+    if surrogate is not None:
+        where = surrogate if len(surrogate) <= 80 else surrogate[:80] + "…"
+        return request_id, _invalid(f"invalid request frame: {where} is not valid Unicode (a lone surrogate)")
+    if frame["type"] != "req":
+        return request_id, _invalid(f"unexpected {frame['type']} frame: send req frames")
+    if not isinstance(raw_id, str) or not raw_id:
+        return request_id, _invalid("invalid request frame: id must be a non-empty string")
+    if len(raw_id) > MAX_REQUEST_ID_CHARS:
+        limit = MAX_REQUEST_ID_CHARS
+        return request_id, _invalid(f"invalid request frame: id must be at most {limit} characters")
+    return request_id, None
 
 
 def stable_session_id(rest: str) -> str:
@@ -377,7 +422,7 @@ class Connection:
         except (TypeError, ValueError):
             log.exception("gateway frame could not be encoded")
             return False
-        self._buffered += len(text)
+        self._buffered += frame_size(text)
         if self._buffered > self.max_buffered:
             log.warning("gateway client %s is too slow; closing it", self.remote)
             self.abort(CLOSE_POLICY, "slow consumer")
@@ -397,7 +442,7 @@ class Connection:
         if self.closing:
             return
         self.closing = True
-        self._queue.put_nowait(_Close(code, reason[:120]))
+        self._queue.put_nowait(_Close(code, close_reason(reason)))
 
     def abort(self, code: int, reason: str) -> None:
         """Close now, dropping whatever is still queued."""
@@ -409,7 +454,7 @@ class Connection:
 
     async def _close_transport(self, code: int, reason: str) -> None:
         with contextlib.suppress(Exception):
-            await self.transport.close(code, reason[:120])
+            await self.transport.close(code, close_reason(reason))
 
     async def _send_loop(self) -> None:
         while True:
@@ -417,7 +462,6 @@ class Connection:
             if isinstance(item, _Close):
                 await self._close_transport(item.code, item.reason)
                 return
-            self._buffered -= len(item)
             try:
                 await self.transport.send_text(item)
             except asyncio.CancelledError:
@@ -425,6 +469,7 @@ class Connection:
             except Exception:
                 self.closing = True  # the peer is gone; nothing more can be sent
                 return
+            self._buffered -= frame_size(item)  # counted until the transport took it
 
     async def _tick_loop(self, interval: float) -> None:
         while not self.closing:
@@ -570,6 +615,7 @@ class GatewayServer:
             raise
         except Exception:
             log.exception("gateway connection from %s failed", remote)
+            conn.close(CLOSE_INTERNAL_ERROR, "internal error")
         finally:
             self.connections.discard(conn)
             await conn.finish()
@@ -589,7 +635,7 @@ class GatewayServer:
             for task in pending:
                 task.cancel()
 
-    async def _receive(self, conn: Connection, timeout: float | None = None) -> str | None:
+    async def _receive(self, conn: Connection, timeout: float | None = None) -> str | bytes | None:
         try:
             if timeout is None:
                 return await conn.transport.receive_text()
@@ -615,17 +661,18 @@ class GatewayServer:
             return False
         if text is None:
             return False
-        if len(text.encode("utf-8", "replace")) > MAX_PRECONNECT_FRAME_BYTES:
+        if frame_size(text) > MAX_PRECONNECT_FRAME_BYTES:
             error = _invalid(f"frame before connect exceeds {MAX_PRECONNECT_FRAME_BYTES} bytes")
             return self._fail(conn, "unknown", error, CLOSE_TOO_BIG)
         try:
             frame = decode(text)
         except FrameError as exc:
             return self._fail(conn, "unknown", _invalid(str(exc)))
-        raw_id = frame.get("id")
-        request_id = raw_id if isinstance(raw_id, str) and raw_id else "unknown"
-        if frame.get("type") != "req" or frame.get("method") != "connect":
-            return self._fail(conn, request_id, _invalid("invalid handshake: first request must be connect"))
+        request_id, problem = screen_request(frame, text)
+        if frame["type"] != "req" or frame.get("method") != "connect":
+            problem = _invalid("invalid handshake: first request must be connect")
+        if problem is not None:
+            return self._fail(conn, request_id, problem)
         params = frame.get("params")
         try:
             hello = self._connect(conn, params if isinstance(params, dict) else None)
@@ -738,7 +785,7 @@ class GatewayServer:
             text = await self._receive(conn)
             if text is None:
                 return
-            if len(text.encode("utf-8", "replace")) > MAX_FRAME_BYTES:
+            if frame_size(text) > MAX_FRAME_BYTES:
                 self._fail(conn, "unknown", _invalid(f"frame exceeds {MAX_FRAME_BYTES} bytes"), CLOSE_TOO_BIG)
                 return
             try:
@@ -749,24 +796,19 @@ class GatewayServer:
                 log.exception("gateway frame handling failed")
                 conn.send(response_error("unknown", GatewayError(UNAVAILABLE, "internal error")))
 
-    async def _handle_frame(self, conn: Connection, text: str) -> None:
+    async def _handle_frame(self, conn: Connection, text: str | bytes) -> None:
         try:
             frame = decode(text)
         except FrameError as exc:
             conn.send(response_error("unknown", _invalid(str(exc))))
             return
-        raw_id = frame.get("id")
-        request_id = raw_id if isinstance(raw_id, str) and raw_id else "unknown"
-        if frame["type"] != "req":
-            conn.send(
-                response_error(request_id, _invalid(f"unexpected {frame['type']} frame: send req frames"))
-            )
+        request_id, problem = screen_request(frame, text)
+        if problem is not None:
+            conn.send(response_error(request_id, problem))
             return
         method = frame.get("method")
         params = frame.get("params")
         try:
-            if request_id == "unknown":
-                raise _invalid("invalid request frame: id must be a non-empty string")
             if not isinstance(method, str) or not method:
                 raise _invalid("invalid request frame: method must be a non-empty string")
             if params is None:
@@ -849,6 +891,12 @@ class GatewayServer:
             raise _invalid("invalid chat.send params: message must be a string")
         if not message.strip():
             raise _invalid("invalid chat.send params: message must not be empty")
+        if len(message) > MAX_CHAT_MESSAGE_CHARS:
+            raise _invalid(
+                f"invalid chat.send params: message must be at most {MAX_CHAT_MESSAGE_CHARS} characters "
+                f"(it has {len(message)})",
+                {"maxChars": MAX_CHAT_MESSAGE_CHARS, "chars": len(message)},
+            )
         assert key is not None and idempotency_key is not None
         if idempotency_key in self._idempotency:
             self._idempotency.move_to_end(idempotency_key)
