@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,8 +26,11 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.secret_env import held_secrets
 from clawlet.storage import atomic_write_json, file_lock
+
+log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "demo", "openai", "deepseek", "anthropic"]
 ApprovalPolicy = Literal["allow", "ask", "deny"]
@@ -294,8 +298,11 @@ class RuntimeConfig:
 
     def _read(self) -> dict[str, object]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(read_text_inside(self.path.parent, self.path))
         except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        except (UnsafePath, UnicodeDecodeError) as exc:  # a config.json linked out of the home
+            log.warning("ignoring %s: %s", self.path, exc)
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -306,7 +313,7 @@ class RuntimeConfig:
         with file_lock(self.path):
             data = self._read()
             data["rag_mode"] = enabled
-            atomic_write_json(self.path, data)
+            atomic_write_json(self.path, data, root=self.path.parent)
 
     def get_tool_approvals(self) -> dict[str, ApprovalPolicy]:
         """This file's own approval policies (entries that are not valid policies are ignored)."""
@@ -333,4 +340,4 @@ class RuntimeConfig:
                 data[TOOL_APPROVALS_KEY] = dict(sorted(policies.items()))
             else:
                 data.pop(TOOL_APPROVALS_KEY, None)
-            atomic_write_json(self.path, data)
+            atomic_write_json(self.path, data, root=self.path.parent)
