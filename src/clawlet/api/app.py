@@ -19,8 +19,10 @@ from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
 from clawlet.api.inbox import install_inbox
 from clawlet.api.openai import chat as openai_chat
 from clawlet.api.openai.errors import openai_error
+from clawlet.api.openapi_errors import document_errors
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.static import install_static
+from clawlet.api.unicode_guard import RefuseLoneSurrogates
 from clawlet.api.workbench import chat, compress, config_api, files, sessions, skills, tokens
 from clawlet.config import Settings
 from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
@@ -137,6 +139,9 @@ def create_app(
     app.state.gateway = gateway
     app.state.inbox = inbox
     install_error_handlers(app)
+    document_errors(app)  # /openapi.json lists every error answer of each operation
+    # Inside the token check (added later, so outer): only authorised bodies are read and checked.
+    app.add_middleware(RefuseLoneSurrogates)
 
     if settings.accepted_tokens:
         app.add_middleware(TokenGuard, tokens=settings.accepted_tokens)

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clawlet.api.openai.errors import openai_error
@@ -52,6 +53,31 @@ def is_openai_path(request: Request) -> bool:
     return request.url.path.startswith(OPENAI_PREFIX)
 
 
+def documented_methods(request: Request) -> list[str]:
+    """Every method the API's documented operations accept at the request's path: Starlette's 405
+    names only the first matching route's, though ``GET`` and ``POST`` of one path are often two
+    routes (the web UI's catch-all ``GET`` is left out: it answers 404 under the API's prefixes)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.router.routes):
+        pattern = getattr(route, "path_regex", None)
+        documented = getattr(route, "include_in_schema", False)
+        if documented and route.methods and pattern is not None and pattern.match(request.scope["path"]):
+            methods |= route.methods
+    return sorted(methods)
+
+
+def invalid_request(path: str, details: list[dict[str, Any]]) -> JSONResponse:
+    """The answer to a request whose input is wrong (``details``: ``{"field", "message"}`` each),
+    in the format of the surface ``path`` belongs to: OpenAI's 400 under ``/v1/``, else 422."""
+    summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+    if path.startswith(OPENAI_PREFIX):
+        param = details[0]["field"] if details else None
+        return openai_error(f"invalid request: {summary}", 400, param=param)
+    return JSONResponse(
+        error_body("invalid_request", f"invalid request: {summary}", details), status_code=422
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """One error format per surface: OpenAI's under ``/v1/``, the workbench's elsewhere."""
 
@@ -61,14 +87,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        details = _validation_details(exc)
-        summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
-        if is_openai_path(request):
-            param = details[0]["field"] if details else None
-            return openai_error(f"invalid request: {summary}", 400, param=param)
-        return JSONResponse(
-            error_body("invalid_request", f"invalid request: {summary}", details), status_code=422
-        )
+        return invalid_request(request.url.path, _validation_details(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -76,10 +95,13 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.status_code, "http_error"
         )
         if is_openai_path(request):
-            return openai_error(str(exc.detail), exc.status_code, code=code)
-        return JSONResponse(
-            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
-        )
+            response = openai_error(str(exc.detail), exc.status_code, code=code)
+        else:
+            response = JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405 and (methods := documented_methods(request)):
+            response.headers["Allow"] = ", ".join(methods)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -27,7 +27,7 @@ def openai_error_body(
     return {
         "error": {
             "message": message,
-            "type": ERROR_TYPES.get(status, "server_error"),
+            "type": ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error"),
             "param": param,
             "code": code,
         }
