@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clawlet.sessions.store import (
+    INTERRUPTED_NOTE,
     SUMMARY_PREFIX,
     InvalidSessionId,
     SessionNotFound,
@@ -150,6 +151,28 @@ def test_load_for_agent_merges_segments_and_puts_the_summary_first(store: Transc
     # The stored segments themselves are untouched.
     assert len(store.load_messages("ag")) == 7
     assert store.load_for_agent("never-created") == []
+
+
+def test_an_unanswered_user_message_gets_one_interrupted_marker(store: TranscriptStore) -> None:
+    store.append("cut", "user", "first")
+    store.append("cut", "assistant", "answer")
+    assert store.mark_interrupted("cut") is False  # answered: nothing to mark
+    store.append("cut", "user", "second")
+    before = store.load("cut")["updated_at"]
+    assert store.mark_interrupted("cut") is True
+    assert store.mark_interrupted("cut") is False  # once
+    data = store.load("cut")
+    assert data["messages"][-1] == {"role": "assistant", "content": INTERRUPTED_NOTE, "interrupted": True}
+    assert data["updated_at"] >= before
+    # the model sees the note where the answer would be; the flag survives a rewrite
+    assert store.load_for_agent("cut")[-2:] == [
+        {"role": "user", "content": "second"},
+        {"role": "assistant", "content": INTERRUPTED_NOTE},
+    ]
+    store.rename("cut", "renamed")
+    assert store.load("cut")["messages"][-1].get("interrupted") is True
+    store.create("empty")
+    assert store.mark_interrupted("empty") is False
 
 
 @pytest.mark.parametrize(

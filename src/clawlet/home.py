@@ -46,8 +46,9 @@ def init_home(paths: HomePaths) -> list[Path]:
         if not target.exists() and is_safe_entry(paths.root, target):
             atomic_write_bytes(target, template.read_bytes(), root=paths.root)
             created.append(target)
-    for directory in (paths.sessions, paths.workspace, paths.memory_file.parent, paths.root):
-        remove_stale_temp_files(directory)
+    # what atomic writes a killed process left anywhere in the home (sessions, checkpoints,
+    # approvals, workspace files, memory, skills, uploads, named workspaces, ...)
+    remove_stale_temp_files(paths.root, recursive=True)
     refresh_snapshot(paths.root)
     return created
 

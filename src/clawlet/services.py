@@ -113,6 +113,7 @@ class Workspaces:
                 )
                 # the main home's tool approval policies apply here unless this workspace overrides them
                 services.runtime_config.parent = self.default.runtime_config
+                services.sessions.mark_interrupted_turns()  # before this process runs any of its turns
                 self._named[name] = services
             return services
 

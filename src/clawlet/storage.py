@@ -3,13 +3,19 @@
 A write goes to a temporary file in the same directory, is flushed and fsynced, then renamed over
 the target, so a process killed at any moment leaves either the old file or the new one, never a
 half-written one.
+
+A temp file is named ``.<name>.<writer pid>.<random>.tmp``. One a killed writer left behind is
+removed by :func:`remove_stale_temp_files` (start-up runs it over the whole home): once its writer
+is gone, or after an hour if the writer cannot be told; never while it may be a write going on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from clawlet.paths import open_directory_inside, resolve_inside
+
+PROCESS_STARTED = time.time()
+"""When this process started writing (this module is imported before any write)."""
+TEMP_NAME = re.compile(r"\.(?P<target>.+?)\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp")
+"""An atomic write's temp file: ``.<name>.<pid>.<8 random characters>.tmp`` (no pid: older)."""
+WRITE_IN_PROGRESS_FOR = 2.0
+"""A temp younger than this (seconds) may be a write going on, even of a process in another pid
+namespace (whose pid means nothing here); a restart takes longer than this."""
+ABANDONED_AFTER = 3600.0
+"""A temp older than this (seconds) is abandoned even if a process with its writer's pid lives."""
+SKIPPED_DIRECTORIES = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__"})
+"""Trees clawlet never writes into, not searched for temp files."""
 
 _locks_guard = threading.Lock()
 _locks: dict[str, threading.RLock] = {}
@@ -58,7 +76,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> 
 def _write_and_rename(dir_fd: int, name: str, data: bytes) -> None:
     stem = name if len(name.encode("utf-8")) <= 200 else name[:50]
     while True:
-        tmp_name = f".{stem}.{secrets.token_hex(4)}.tmp"
+        tmp_name = f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # see is_stale_temp_file
         try:
             fd = os.open(tmp_name, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
         except FileExistsError:
@@ -78,17 +96,58 @@ def _write_and_rename(dir_fd: int, name: str, data: bytes) -> None:
         os.fsync(dir_fd)
 
 
-def remove_stale_temp_files(directory: Path, older_than: float = 60.0) -> int:
-    """Delete temp files an interrupted atomic write left behind (``.<name>.*.tmp``)."""
+def _process_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def is_stale_temp_file(name: str, modified: float, now: float) -> bool:
+    """Whether the file ``name`` (last modified at ``modified``) is an atomic write's temp file that
+    no write will finish: its writer process is gone (or is an earlier process with this one's
+    pid), or it was left for over :data:`ABANDONED_AFTER` seconds. A temp younger than
+    :data:`WRITE_IN_PROGRESS_FOR` seconds is never stale: its writer may be in another pid
+    namespace (a container sharing the home)."""
+    found = TEMP_NAME.fullmatch(name)
+    if found is None:
+        return False
+    age = now - modified
+    if age < WRITE_IN_PROGRESS_FOR:
+        return False
+    if age > ABANDONED_AFTER:
+        return True
+    if found["pid"] is None:
+        return False  # an older writer's name: wait for ABANDONED_AFTER
+    pid = int(found["pid"])
+    if pid == os.getpid():
+        return modified < PROCESS_STARTED  # an earlier process with the same pid (a restart)
+    return not _process_exists(pid)
+
+
+def remove_stale_temp_files(directory: Path, *, recursive: bool = False) -> int:
+    """Delete the temp files interrupted atomic writes left in ``directory`` (and below it if
+    ``recursive``; symlinks are not followed); returns how many. See :func:`is_stale_temp_file`."""
     removed = 0
-    cutoff = time.time() - older_than
-    for leftover in directory.glob(".*.tmp"):
-        try:
-            if leftover.is_file() and leftover.stat().st_mtime < cutoff:
-                leftover.unlink()
-                removed += 1
-        except FileNotFoundError:
-            continue
+    now = time.time()
+    for folder, subfolders, names in os.walk(directory):
+        subfolders[:] = [] if not recursive else [d for d in subfolders if d not in SKIPPED_DIRECTORIES]
+        for name in names:
+            if not name.endswith(".tmp"):
+                continue
+            leftover = Path(folder) / name
+            try:
+                status = leftover.lstat()
+                if stat.S_ISREG(status.st_mode) and is_stale_temp_file(name, status.st_mtime, now):
+                    leftover.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
     return removed
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -9,11 +10,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import PageErrors, Server, screenshot
+from tests.e2e.conftest import PageErrors, Server, free_port, screenshot, start_serve, stop_serve
 
 
 def open_app(page: Page, server: Server, url: str | None = None) -> None:
@@ -363,3 +365,24 @@ def test_split_sse_events_render_correctly(page: Page, server: Server, splitting
     expect(bubbles.first.get_by_test_id("tool-input")).to_have_text("echo 分块")
     expect(bubbles.first.get_by_test_id("tool-output")).to_have_text("分块")
     expect(bubbles.nth(1)).to_have_text("拆开的事件 arrived whole")
+
+
+def test_a_turn_the_server_stopped_in_shows_as_interrupted(page: Page, tmp_path: Path) -> None:
+    """A user message left unanswered when the server stopped is marked when it starts again, and
+    the workbench says so where the answer would be."""
+    sessions = tmp_path / "home" / "sessions"
+    sessions.mkdir(parents=True)
+    transcript = {"title": "cut short", "created_at": 1.0, "updated_at": 1.0, "compressed_context": ""}
+    messages = [{"role": "user", "content": "run: sleep 600"}]
+    (sessions / "cut.json").write_text(json.dumps({**transcript, "messages": messages}), encoding="utf-8")
+    restarted = start_serve(tmp_path, free_port())
+    try:
+        page.goto(restarted.url)
+        page.locator('[data-session-id="cut"] .session-title').click()
+        expect(page.get_by_test_id("user-bubble")).to_have_text("run: sleep 600")
+        notice = page.get_by_test_id("assistant-bubble").get_by_test_id("interrupted-notice")
+        expect(notice).to_contain_text("the server stopped before answering")
+        expect(page.get_by_test_id("assistant-bubble")).not_to_contain_text("[interrupted:")
+        screenshot(page, "chat-interrupted")
+    finally:
+        stop_serve(restarted)

@@ -125,6 +125,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         init_home(settings.paths)
+        services.sessions.mark_interrupted_turns()  # turns the last run was stopped in, unanswered
         app.state.started_at = time.time()  # uptime and /health/ready
         await inbox.start()  # recovers tasks a previous run left running or pending
         yield

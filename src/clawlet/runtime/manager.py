@@ -48,7 +48,13 @@ from clawlet.events import (
 )
 from clawlet.runtime.approvals import ApprovalStore, PausedTurn
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
-from clawlet.sessions.store import SessionNotFound, StoredMessage, ToolCallRecord, TranscriptStore
+from clawlet.sessions.store import (
+    SessionCorrupt,
+    SessionNotFound,
+    StoredMessage,
+    ToolCallRecord,
+    TranscriptStore,
+)
 from clawlet.tools.ask_user import ASK_USER_TOOL
 
 log = logging.getLogger(__name__)
@@ -276,6 +282,25 @@ class SessionManager:
 
     def is_waiting(self, session_id: str) -> bool:
         return bool(self.waiting_for(session_id))
+
+    def mark_interrupted_turns(self) -> list[str]:
+        """Mark every session whose last turn a stopped server cut before any answer (its last
+        message is the user's; it neither runs here nor waits for a decision) with the interrupted
+        marker (``TranscriptStore.mark_interrupted``); returns their ids. Run when this process
+        starts serving the sessions, before any turn starts."""
+        marked: list[str] = []
+        for item in self.store.list_sessions():
+            session_id = item["id"]
+            if self.is_running(session_id) or self.is_waiting(session_id):
+                continue
+            try:
+                if self.store.mark_interrupted(session_id):
+                    marked.append(session_id)
+            except (SessionNotFound, SessionCorrupt, OSError):
+                continue  # deleted or damaged meanwhile: nothing to mark
+        if marked:
+            log.info("marked %d turn(s) a stopped server left unanswered: %s", len(marked), marked)
+        return marked
 
     def decision_of(self, session_id: str, approval_id: str) -> str | None:
         """How an approval of the session was decided (``approve``, ``reject``, ``answer``,

@@ -2,11 +2,14 @@
 
 v2 file: ``{title, created_at, updated_at, compressed_context, messages}``; a message is
 ``{role, content}`` and an assistant segment may carry ``tool_calls: [{tool, input, output}]``.
-A v1 file (a bare array of messages) is migrated to v2 when read. Every write is atomic and
-serialised per file, so a crash never leaves a corrupt session and turns on different sessions
-never wait for each other. Reads, writes and the listing go through the path guard
-(``clawlet.paths``) with the home as root: a session file that is a symlink out of the home or has
-more than one hard link is neither listed nor read (it counts as not found) nor written through.
+A v1 file (a bare array of messages) is migrated to v2 when read. A user message a stopped server
+never answered gets a marker after it on the next start (:meth:`TranscriptStore.mark_interrupted`):
+``{"role": "assistant", "content": INTERRUPTED_NOTE, "interrupted": true}``; the model sees it as
+that short note. Every write is atomic and serialised per file, so a crash never leaves a corrupt
+session and turns on different sessions never wait for each other. Reads, writes and the listing
+go through the path guard (``clawlet.paths``) with the home as root: a session file that is a
+symlink out of the home or has more than one hard link is neither listed nor read (it counts as
+not found) nor written through.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 SUMMARY_PREFIX = "[以下是之前对话的摘要]"
+INTERRUPTED_NOTE = "[interrupted: the server stopped before answering this message]"
+"""The text of the marker after an unanswered user message (also what the model sees of it)."""
 
 
 class ToolCallRecord(TypedDict):
@@ -38,6 +43,8 @@ class StoredMessage(TypedDict):
     role: str
     content: str
     tool_calls: NotRequired[list[ToolCallRecord]]
+    interrupted: NotRequired[bool]
+    """Only on the marker of a turn the server stopped before answering (``INTERRUPTED_NOTE``)."""
 
 
 class SessionData(TypedDict):
@@ -93,6 +100,8 @@ def _message(raw: dict[str, Any]) -> StoredMessage:
             for call in calls
             if isinstance(call, dict)
         ]
+    if raw.get("interrupted") is True:
+        message["interrupted"] = True
     return message
 
 
@@ -253,6 +262,26 @@ class TranscriptStore:
 
         self._update(session_id, True, change)
         return replaced
+
+    def mark_interrupted(self, session_id: str) -> bool:
+        """If the session's last message is a user message with no answer, add the interrupted
+        marker after it (atomically); True if added. Only for a session no turn runs in."""
+        marked = False
+
+        def change(data: SessionData) -> None:
+            nonlocal marked
+            if data["messages"] and data["messages"][-1]["role"] == "user":
+                data["messages"].append(
+                    {"role": "assistant", "content": INTERRUPTED_NOTE, "interrupted": True}
+                )
+                marked = True
+
+        path = self.path_for(session_id)
+        with file_lock(path):  # the same lock _update takes: a check and a write with nothing between
+            last = self._read(path)["messages"][-1:]
+            if last and last[0]["role"] == "user":
+                self._update(session_id, False, change)
+        return marked
 
     def rename(self, session_id: str, title: str) -> SessionData:
         def change(data: SessionData) -> None:

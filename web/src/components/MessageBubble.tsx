@@ -92,6 +92,9 @@ export function MessageBubble({ message }: { message: ChatMessage }) {
         {(message.approvals ?? []).map((card) => <ApprovalCardView key={card.item.approval_id} card={card} />)}
         {message.error && <div className="inline-error" role="alert" data-testid="chat-error">{t('error')}: {message.error}</div>}
         {message.cancelled && <div className="muted small">{t('cancelled')}</div>}
+        {message.interrupted && (
+          <div className="interrupted-notice" role="status" data-testid="interrupted-notice">{t('interrupted')}</div>
+        )}
       </div>
     </div>
   )

@@ -41,6 +41,7 @@ const en = {
   retrieval: 'Retrieved from memory · {n} result(s)',
   query: 'Query',
   cancelled: 'Stopped — the partial answer was kept.',
+  interrupted: 'Interrupted — the server stopped before answering. Send the message again to retry.',
   compress: 'Compress history',
   compressTitle: 'Compress this session?',
   compressBody:
@@ -145,6 +146,7 @@ const zh: Record<MessageKey, string> = {
   retrieval: '记忆检索 · {n} 条结果',
   query: '查询',
   cancelled: '已停止 —— 已保留部分回答。',
+  interrupted: '已中断 —— 服务器在回答之前停止了。重新发送该消息即可重试。',
   compress: '压缩历史',
   compressTitle: '压缩此会话？',
   compressBody: '对话的前半部分将由模型总结并归档到 sessions/archive/，摘要保留在上下文中。',

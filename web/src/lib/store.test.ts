@@ -122,4 +122,17 @@ describe('reducer', () => {
     expect(messages.map((m) => m.role)).toEqual(['summary', 'user', 'assistant', 'assistant'])
     expect(messages[2].toolCalls).toEqual([{ tool: 'terminal', input: 'echo hi', output: 'hi', done: true }])
   })
+
+  it('the interrupted marker of a history becomes a finished bubble with the notice, not its note', () => {
+    const messages = historyToMessages({
+      id: 'a', title: '', created_at: 1, updated_at: 1, message_count: 2, running: false,
+      compressed_context: '',
+      messages: [
+        { role: 'user', content: 'python: import time; time.sleep(600)' },
+        { role: 'assistant', content: '[interrupted: the server stopped before answering this message]', interrupted: true },
+      ],
+    })
+    expect(messages.map((m) => m.role)).toEqual(['user', 'assistant'])
+    expect(messages[1]).toMatchObject({ content: '', interrupted: true, streaming: false, toolCalls: [] })
+  })
 })

@@ -218,6 +218,11 @@ export function historyToMessages(history: SessionHistory, pending: PendingItem[
   }
   for (const message of history.messages) {
     if (message.role !== 'user' && message.role !== 'assistant') continue
+    if (message.interrupted) {
+      // the stored note is for the model; the bubble says it in the UI's language
+      out.push({ ...assistantBubble(), streaming: false, interrupted: true })
+      continue
+    }
     out.push({
       id: newId(),
       role: message.role,

@@ -20,6 +20,8 @@ export interface StoredMessage {
   role: string
   content: string
   tool_calls?: StoredToolCall[]
+  /** the marker after a user message the server stopped before answering (added when it restarts) */
+  interrupted?: boolean
 }
 
 export interface SessionHistory extends SessionSummary {
@@ -173,5 +175,7 @@ export interface ChatMessage {
   streaming: boolean
   error?: string
   cancelled?: boolean
+  /** the server stopped before answering the user message above (a stored marker) */
+  interrupted?: boolean
   approvals?: ApprovalCard[]
 }

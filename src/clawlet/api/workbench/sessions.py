@@ -108,7 +108,9 @@ def session_messages(session_id: str, services: ServicesDep) -> dict[str, Any]:
 @router.get("/sessions/{session_id}/history")
 def session_history(session_id: str, services: ServicesDep) -> dict[str, Any]:
     """The stored transcript: each assistant segment with its tool calls, no system prompt;
-    ``waiting`` is true while the session waits for approvals or answers (``GET .../approvals``)."""
+    ``waiting`` is true while the session waits for approvals or answers (``GET .../approvals``).
+    A user message a stopped server never answered is followed by a marker with
+    ``"interrupted": true`` (added when the server starts again)."""
     data = load_or_404(services, session_id)
     return {
         **summary(session_id, data),
@@ -125,7 +127,7 @@ async def generate_session_title(session_id: str, services: ServicesDep) -> dict
     user = next((m for m in data["messages"] if m.get("role") == "user"), None)
     if user is None:
         raise ApiError(409, "no_messages", "the session has no user message to title yet")
-    reply = next((m for m in data["messages"] if m.get("role") == "assistant"), None)
+    reply = next((m for m in data["messages"] if m["role"] == "assistant" and not m.get("interrupted")), None)
     title = await generate_title(services.settings, user["content"], reply["content"] if reply else "")
     await asyncio.to_thread(services.transcripts.rename, session_id, title)
     return {"session_id": session_id, "title": title}
