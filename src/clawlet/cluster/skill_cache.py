@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
-from clawlet.paths import PathOutsideRoot, resolve_inside
+from clawlet.paths import UnsafePath, resolve_inside
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.skills.scanner import unmet_requirements
 from clawlet.storage import atomic_write_bytes, atomic_write_json
@@ -655,7 +655,7 @@ class SkillPackageCache:
         skill_dir = self.skill_dir(skill_id)
         try:
             return resolve_inside(skill_dir, SKILL_MD).read_text(encoding="utf-8")
-        except PathOutsideRoot as exc:
+        except UnsafePath as exc:
             raise SkillUnavailable(skill_id, f"its {SKILL_MD} points outside the skill directory") from exc
         except FileNotFoundError as exc:
             raise SkillUnavailable(skill_id, "it is not cached; load it first") from exc
@@ -777,7 +777,7 @@ class SkillPackageCache:
                 _remove_path(staging)
                 return
             self._swap_into_place(skill_id, staging)
-        except PathOutsideRoot as exc:
+        except UnsafePath as exc:
             _remove_path(staging)
             raise InvalidSkillPackage(skill_id, str(exc)) from exc
         except BaseException:
