@@ -200,3 +200,14 @@ def test_unauthorised_bodies_are_not_read(live_server: Any, monkeypatch: pytest.
     assert_error(
         post_json(server, "/api/files", {"path": "workspace/a.md", "content": LONE}), 401, "unauthorized"
     )
+
+
+def test_every_path_answers_an_undocumented_method_with_405_and_its_allow(server: LiveServer) -> None:
+    paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    for template, operations in paths.items():
+        documented = {method.upper() for method in operations}
+        method = next(m for m in ("PATCH", "DELETE", "PUT", "POST") if m not in documented)
+        path = template.replace("{", "").replace("}", "")  # any value fits a path parameter
+        response = httpx.request(method, f"{server.url}{path}", timeout=60)
+        assert response.status_code == 405, (method, path, response.text)
+        assert set(response.headers["allow"].split(", ")) == documented, (method, path)
