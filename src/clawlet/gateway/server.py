@@ -1277,7 +1277,9 @@ class GatewayServer:
             other = sessions.runs.get(target.session_id)
             if other is not None and other is not gateway_run.run and not other.closed:
                 return other  # someone decided in the workbench: stream that continuation here
-            if not await asyncio.to_thread(sessions.is_waiting, target.session_id):
+            if sessions.is_busy(target.session_id):
+                pass  # a continuation is starting elsewhere: follow it once it runs (polled below)
+            elif not await asyncio.to_thread(sessions.is_waiting, target.session_id):
                 # decided or cancelled elsewhere and already over: end with what this run knows
                 for approval in list(gateway_run.pending.values()):
                     await self._settle_elsewhere(gateway_run, approval)

@@ -118,13 +118,16 @@ class TaskExecutor:
         return task
 
     async def _execute(self, task_id: str, work: Work, from_pending: bool, asked: frozenset[str]) -> None:
+        this = asyncio.current_task()
         try:
             async with self._slots:
                 self._holding.add(task_id)
                 await self._run_holding_slot(task_id, work, from_pending, asked)
         finally:
-            self._holding.discard(task_id)
-            self._runs.pop(task_id, None)
+            # a follow-up accepted once this run's task was finished may already run in its place
+            if self._runs.get(task_id) is this:
+                del self._runs[task_id]
+                self._holding.discard(task_id)
 
     async def _run_holding_slot(
         self, task_id: str, work: Work, from_pending: bool, asked: frozenset[str]

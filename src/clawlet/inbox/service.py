@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 MAX_CONTENT_CHARS = 100_000
 MAX_TITLE_CHARS = 200
 FOLLOW_UP_FROM: tuple[TaskStatus, ...] = ("completed", "failed", "waiting")
+BUSY: tuple[TaskStatus, ...] = ("pending", "running")
 
 
 PREVIEW_CHARS = 140
@@ -91,6 +92,10 @@ class UnknownAgent(LookupError):
 
 class TaskBusy(Exception):
     """A follow-up message (or a decision) for a task that is still pending or running."""
+
+
+def busy_message(task_id: str, status: str) -> str:
+    return f"task {task_id} is still {status}; wait for its reply or cancel it before sending more"
 
 
 @dataclass
@@ -215,20 +220,24 @@ class InboxService:
         """Save the user's message and move the task to ``running``, announcing both."""
         now = now_ms()
         message = Message(new_ulid(now), task_id, "user", content, now)
-        # compare-and-set: of two replies at once, one moves the task to running, the other is refused
-        task = await asyncio.to_thread(
-            self.repository.add_message_and_transition, message, "running", now, only_from=FOLLOW_UP_FROM
-        )
+        # compare-and-set: of two replies at once, one moves the task to running, the other is
+        # refused as busy (the one run per task, like one turn per session)
+        try:
+            task = await asyncio.to_thread(
+                self.repository.add_message_and_transition, message, "running", now, only_from=FOLLOW_UP_FROM
+            )
+        except InvalidTransition as exc:
+            if exc.current in BUSY:
+                raise TaskBusy(busy_message(task_id, exc.current)) from exc
+            raise
         self.broadcaster.publish("message.created", message.to_json(), task_id)
         self.broadcaster.publish("task.updated", await self.task_json(task), task_id)
         return message
 
     @staticmethod
     def _refuse_busy(task: Task) -> None:
-        if task.status in ("pending", "running"):
-            raise TaskBusy(
-                f"task {task.id} is still {task.status}; wait for its reply or cancel it before sending more"
-            )
+        if task.status in BUSY:
+            raise TaskBusy(busy_message(task.id, task.status))
 
     async def list_agents(self) -> list[tuple[AgentInfo, int]]:
         agents = await asyncio.to_thread(self.agents.list_agents)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, suppress
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing, contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -63,7 +63,7 @@ AdapterFactory = Callable[[], RuntimeAdapter]
 
 
 class SessionBusy(Exception):
-    """The session already has a turn running."""
+    """The session already has a turn running or starting (or is being compressed or deleted)."""
 
 
 class SessionWaiting(SessionBusy):
@@ -210,6 +210,16 @@ def _same_call(record: ToolCallRecord, item: Pending) -> bool:
     return record["tool"] == expected["tool"] and record["input"] == expected["input"]
 
 
+class SessionClaim:
+    """A session taken, before anything awaits, by a turn that is starting (``starting``) or by
+    an operation that must not overlap a turn (compression, deletion); ``released`` is set when
+    the claim ends."""
+
+    def __init__(self, *, starting: bool) -> None:
+        self.starting = starting
+        self.released = asyncio.Event()
+
+
 class Run:
     """One turn in progress: an event log that any number of watchers can follow from the start."""
 
@@ -269,11 +279,47 @@ class SessionManager:
         self.adapter_factories = adapter_factories
         self.adapters: dict[str, RuntimeAdapter] = {}
         self.runs: dict[str, Run] = {}
+        self._claims: dict[str, SessionClaim] = {}
         self.approvals = ApprovalStore(store.directory, store.home)
 
     def is_running(self, session_id: str) -> bool:
         run = self.runs.get(session_id)
         return run is not None and not run.closed
+
+    def is_busy(self, session_id: str) -> bool:
+        """A turn runs or is starting on the session, or an operation holds it: a new turn (or a
+        decision, a compression) would be refused with :class:`SessionBusy`."""
+        return self.is_running(session_id) or session_id in self._claims
+
+    @contextmanager
+    def _claim(self, session_id: str, *, starting: bool, over_a_run: bool = False) -> Iterator[None]:
+        """Take the session for the block, which may await: the check and the claim are one step
+        with no await between, so of two simultaneous callers exactly one gets the session and the
+        other gets :class:`SessionBusy`. Freed however the block ends. ``over_a_run``: take it even
+        while a turn runs (deletion stops that turn)."""
+        if session_id in self._claims or (not over_a_run and self.is_running(session_id)):
+            raise SessionBusy(session_id)
+        claim = SessionClaim(starting=starting)
+        self._claims[session_id] = claim
+        try:
+            yield
+        finally:
+            if self._claims.get(session_id) is claim:
+                del self._claims[session_id]
+            claim.released.set()
+
+    @contextmanager
+    def hold(self, session_id: str) -> Iterator[None]:
+        """Keep turns off the session while the block runs (e.g. a compression): a turn or a
+        decision meanwhile gets :class:`SessionBusy`; so does ``hold`` itself if a turn runs or
+        starts, or another operation holds the session."""
+        with self._claim(session_id, starting=False):
+            yield
+
+    async def _wait_for_claims(self, session_id: str, *, starting_only: bool = False) -> None:
+        """Wait until nothing (``starting_only``: no starting turn) claims the session."""
+        while (claim := self._claims.get(session_id)) is not None and (claim.starting or not starting_only):
+            await claim.released.wait()
 
     def waiting_for(self, session_id: str) -> list[Pending]:
         """What the session waits for (approvals and questions, oldest first); [] if nothing.
@@ -335,44 +381,42 @@ class SessionManager:
         ``prior`` (from clients that send the whole conversation, like OpenAI's) seeds the history of
         a session that has none stored yet; a stored history always wins. ``title=False`` skips the
         title generated after a session's first exchange. ``context.approval_mode == "ask"`` lets
-        the turn pause for approvals (on a runtime that cannot, such tools are denied instead)."""
-        if self.is_running(session_id):
-            raise SessionBusy(session_id)
-        waiting = self.waiting_for(session_id)
-        if waiting:
-            raise SessionWaiting(session_id, waiting)
-        config = config or RunConfig()
-        adapter = await self._adapter(session_id, config)
-        history = await asyncio.to_thread(self.store.load_for_agent, session_id)
-        seed = prior if prior and not history else []
-        history = history or list(seed)
-        is_first = title and not any(item["role"] == "user" for item in history)
-        run = Run(session_id)
-        self.runs[session_id] = run
-        try:
+        the turn pause for approvals (on a runtime that cannot, such tools are denied instead).
+
+        The session is claimed before the first await, so of two simultaneous turns exactly one
+        starts; the claim ends when the run is registered (or the start fails)."""
+        with self._claim(session_id, starting=True):
+            waiting = self.waiting_for(session_id)
+            if waiting:
+                raise SessionWaiting(session_id, waiting)
+            config = config or RunConfig()
+            adapter = await self._adapter(session_id, config)
+            history = await asyncio.to_thread(self.store.load_for_agent, session_id)
+            seed = prior if prior and not history else []
+            history = history or list(seed)
+            is_first = title and not any(item["role"] == "user" for item in history)
             for item in seed:
                 await asyncio.to_thread(self.store.append, session_id, item["role"], item["content"])
             await asyncio.to_thread(self.store.append, session_id, "user", text)
-        except BaseException:
-            self.runs.pop(session_id, None)
-            raise
-        pause = None
-        if context.approval_mode == "ask":
-            if adapter.supports_approvals:
-                pause = self.approvals.pause_point(session_id)
-            else:
-                context = replace(context, approval_mode="deny")
-        paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
-        run.task = asyncio.create_task(
-            self._drive(
-                run,
-                adapter,
-                UserMessage(text, history, context, pause=pause),
-                SegmentRecorder(self.store, session_id),
-                paused,
-            ),
-            name=f"turn-{session_id}",
-        )
+            pause = None
+            if context.approval_mode == "ask":
+                if adapter.supports_approvals:
+                    pause = self.approvals.pause_point(session_id)
+                else:
+                    context = replace(context, approval_mode="deny")
+            paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
+            run = Run(session_id)
+            run.task = asyncio.create_task(
+                self._drive(
+                    run,
+                    adapter,
+                    UserMessage(text, history, context, pause=pause),
+                    SegmentRecorder(self.store, session_id),
+                    paused,
+                ),
+                name=f"turn-{session_id}",
+            )
+            self.runs[session_id] = run
         return run
 
     async def resume(self, session_id: str, approval_id: str, decision: Decision) -> Run:
@@ -381,12 +425,9 @@ class SessionManager:
         Raises SessionBusy (a run is going on), ApprovalDecided, ApprovalNotFound, and
         :class:`~clawlet.engine.approvals.InvalidDecision` (checked before anything is saved).
         The decision is recorded before the tool runs; the other pending items (if any) stay
-        pending and the continuation ends with ``RunWaiting`` again."""
-        if self.is_running(session_id):
-            raise SessionBusy(session_id)
-        run = Run(session_id)
-        self.runs[session_id] = run  # reserved at once: a second decision meanwhile is refused
-        try:
+        pending and the continuation ends with ``RunWaiting`` again. Claimed at once like
+        :meth:`start_turn`: a second decision (or a turn) meanwhile is refused."""
+        with self._claim(session_id, starting=True):
             record = await asyncio.to_thread(self.approvals.load, session_id)
             decided = record.decision_of(approval_id)
             if decided is not None:
@@ -403,20 +444,18 @@ class SessionManager:
             recorder = SegmentRecorder(self.store, session_id)
             await asyncio.to_thread(recorder.reopen, waiting, item, decision)
             await asyncio.to_thread(self.approvals.mark_decided, session_id, approval_id, decision.type)
-        except BaseException:
-            if self.runs.get(session_id) is run:
-                del self.runs[session_id]
-            raise
-        message = UserMessage(
-            "",
-            [],
-            paused.context,
-            pause=self.approvals.pause_point(session_id),
-            resume=Resume(approval_id, decision),
-        )
-        run.task = asyncio.create_task(
-            self._drive(run, adapter, message, recorder, paused), name=f"turn-{session_id}"
-        )
+            message = UserMessage(
+                "",
+                [],
+                paused.context,
+                pause=self.approvals.pause_point(session_id),
+                resume=Resume(approval_id, decision),
+            )
+            run = Run(session_id)
+            run.task = asyncio.create_task(
+                self._drive(run, adapter, message, recorder, paused), name=f"turn-{session_id}"
+            )
+            self.runs[session_id] = run
         return run
 
     async def _drive(
@@ -481,7 +520,9 @@ class SessionManager:
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel the running turn, or drop what a waiting session waits for (its paused tool
-        calls never run); False if nothing was running or waiting."""
+        calls never run); False if nothing was running or waiting. A turn that is starting is
+        cancelled once it has started."""
+        await self._wait_for_claims(session_id, starting_only=True)
         run = self.runs.get(session_id)
         if run is None or run.closed or run.task is None:
             if run is None and self.is_waiting(session_id):
@@ -516,14 +557,18 @@ class SessionManager:
 
         await asyncio.to_thread(mark_transcript)
 
-    async def forget(self, session_id: str) -> None:
-        """Stop and drop the session's adapter and paused state (after the session is deleted)."""
-        await self.cancel(session_id)
-        adapter = self.adapters.pop(session_id, None)
-        self.runs.pop(session_id, None)
-        await asyncio.to_thread(self.approvals.delete, session_id)
-        if adapter is not None:
-            await adapter.stop()
+    async def delete(self, session_id: str) -> None:
+        """Delete the session: stop its turn, drop its adapter and paused state, then its
+        transcript (:class:`SessionNotFound` if there is none). A turn starting or a compression
+        going on is let finish first; no turn starts while the session is being deleted."""
+        await self._wait_for_claims(session_id)
+        with self._claim(session_id, starting=False, over_a_run=True):
+            await self.cancel(session_id)
+            adapter = self.adapters.pop(session_id, None)
+            await asyncio.to_thread(self.approvals.delete, session_id)
+            if adapter is not None:
+                await adapter.stop()
+            await asyncio.to_thread(self.store.delete, session_id)
 
     def snapshot(self) -> dict[str, Any]:
         return {sid: adapter.get_snapshot() for sid, adapter in self.adapters.items()}

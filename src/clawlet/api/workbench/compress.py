@@ -12,6 +12,8 @@ from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.workbench.sessions import load_or_404
 from clawlet.engine.compression import NotEnoughMessages, compression_cut, summarise
+from clawlet.runtime.manager import SessionBusy
+from clawlet.services import Services
 from clawlet.sessions.store import CompressionConflict, archive_and_summarise
 
 router = APIRouter()
@@ -20,10 +22,17 @@ log = logging.getLogger(__name__)
 
 @router.post("/sessions/{session_id}/compress")
 async def compress_session(session_id: str, services: ServicesDep) -> dict[str, Any]:
-    data = load_or_404(services, session_id)
-    if services.sessions.is_running(session_id):
-        raise ApiError(409, "session_busy", "the session is answering; compress it when it is done")
-    messages = data["messages"]
+    """The session is held while it is compressed: a turn meanwhile gets 409 ``session_busy``."""
+    load_or_404(services, session_id)
+    try:
+        with services.sessions.hold(session_id):
+            return await _compress(services, session_id)
+    except SessionBusy as exc:
+        raise ApiError(409, "session_busy", "the session is answering; compress it when it is done") from exc
+
+
+async def _compress(services: Services, session_id: str) -> dict[str, Any]:
+    messages = load_or_404(services, session_id)["messages"]
     try:
         cut = compression_cut(messages)
     except NotEnoughMessages as exc:

@@ -87,8 +87,10 @@ def rename_session(session_id: str, body: RenameSession, services: ServicesDep) 
 @router.delete("/sessions/{session_id}")
 async def delete_session(session_id: str, services: ServicesDep) -> dict[str, Any]:
     load_or_404(services, session_id)
-    await services.sessions.forget(session_id)
-    services.transcripts.delete(session_id)
+    try:
+        await services.sessions.delete(session_id)  # stops its turn; none starts meanwhile
+    except SessionNotFound as exc:  # deleted by another request meanwhile
+        raise ApiError(404, "not_found", f"session {session_id!r} not found") from exc
     return {"ok": True, "id": session_id}
 
 
