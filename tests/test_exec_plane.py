@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from clawlet import secret_env
 from clawlet.cli import main as cli_main
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneUnavailable
 from clawlet.cluster.events import EventSink, forward_event, to_exec_plane_event
@@ -365,6 +366,26 @@ async def test_a_tool_call_streams_tool_call_start_and_complete(
     assert (start["tool_name"], start["tool_input"]) == ("terminal", "echo hi")
     assert (complete["tool_name"], complete["result"], complete["is_error"]) == ("terminal", "hi", False)
     assert complete["call_id"] == start["call_id"]
+
+
+async def test_the_exec_planes_held_secrets_are_masked_in_a_session_processs_tool_output(
+    plane: ScriptedControlPlane, make_plane: MakePlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exec plane moved its secrets into memory (clawlet.secret_env): its session processes do
+    not have them in their environment, yet mask them when a tool prints one; the VM token is not
+    passed on at all."""
+    monkeypatch.setattr(
+        secret_env,
+        "_held",
+        {"AWS_SECRET_ACCESS_KEY": "aws-held-0123456789", "VM_TOKEN": "vm-token-0123456789"},
+    )
+    await make_plane()
+    await plane.start_session("s1")
+    await plane.user_message("s1", {"content": "run: echo aws-held-0123456789 vm-token-0123456789"})
+    (final,) = await wait_finals(plane, "s1")
+    assert final["type"] == "execution_complete"
+    complete = next(data for data in events_of(plane, "s1") if data["type"] == "tool_call_complete")
+    assert complete["result"] == "[redacted] vm-token-0123456789"
 
 
 async def test_two_sessions_run_at_the_same_time_in_their_own_processes(

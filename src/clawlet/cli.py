@@ -237,11 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def runs_tools_or_serves(args: argparse.Namespace) -> bool:
-    """Whether the command runs for long, agent tools next to it: its secrets must leave its
-    environment (see :mod:`clawlet.secret_env`)."""
+    """Whether the command runs for long, agent tools next to it or below it: its secrets must leave
+    its environment (see :mod:`clawlet.secret_env`)."""
     if args.command == "control-plane":
         return bool(args.action == "serve")
-    return args.command in ("serve", "chat", "exec-plane")
+    return args.command in ("serve", "chat", "exec-plane", "cluster")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -102,6 +102,12 @@ def held_secrets() -> Mapping[str, str]:
     return MappingProxyType(_held)
 
 
+def hold_secrets(secrets: Mapping[str, str]) -> None:
+    """Keep ``secrets`` in memory with the held ones (an exec-plane session process gets its
+    parent's this way, to mask them in tool output)."""
+    _held.update(secrets)
+
+
 class EnvironWithSecrets(Mapping[str, str]):
     """``os.environ`` (live) with the held secrets added: for code that looks variables up by name
     (skill requirements, the exec plane's credentials) and must still find the moved ones."""
@@ -148,7 +154,7 @@ def receive_secrets(environ: MutableMapping[str, str] | None = None) -> None:
     except (ValueError, OSError) as exc:
         _warn(f"cannot read the secrets passed in {SECRETS_FD_VAR}={raw}: {exc}")
         return
-    _held.update(data)
+    hold_secrets(data)
 
 
 def _write_all(fd: int, payload: bytes) -> None:

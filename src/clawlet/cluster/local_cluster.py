@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from clawlet.config import Settings
+from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.storage import atomic_write_text
 
 DEFAULT_USERS: Final = "alice,bob"
@@ -63,10 +63,11 @@ class LocalCluster:
         base_env: Mapping[str, str] | None = None,
         workdir: Path | None = None,
     ) -> None:
-        """``base_env``: the processes' environment (default: this process's); ``workdir``: their
-        working directory (default: this process's)."""
+        """``base_env``: the processes' environment (default: this process's, with the secrets it
+        holds in memory: each process moves them out of its own environment again); ``workdir``:
+        their working directory (default: this process's)."""
         self.data_dir = data_dir
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.base_env = dict(ENVIRON_WITH_SECRETS if base_env is None else base_env)
         self.workdir = workdir
         self.users = users
         self.port = port

@@ -16,7 +16,10 @@ prints can corrupt the protocol.
 **Pipe protocol** (one JSON object per line)::
 
     parent → child  init      {session_id, session_dir, settings, skills, demo_token_delay,
-                               heartbeat_interval}              first line; settings holds API keys
+                               heartbeat_interval, held_secrets}  first line; settings holds API
+                                                               keys, held_secrets the parent's
+                                                               (see clawlet.secret_env) but the
+                                                               VM credentials, for masking
     child → parent  ready     {pid}  |  fatal {error}            the engine is built (or could not be)
     parent → child  message   {turn, text, context}            run one turn
     child → parent  event     {turn, event: {kind, …fields}}   each clawlet event of the turn
@@ -98,7 +101,7 @@ from clawlet.events import (
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.manager import SessionManager
-from clawlet.secret_env import is_secret_name
+from clawlet.secret_env import held_secrets, hold_secrets, is_secret_name
 from clawlet.tools.base import ToolError
 
 CHILD_MODULE: Final = "clawlet.cluster.session_process"
@@ -111,6 +114,8 @@ MEMORY_ROLE_USER: Final = "user"
 MEMORY_ROLE_ASSISTANT: Final = "assistant"
 CHECKPOINTS_DIR: Final = "checkpoints"
 TRANSCRIPT_DIR: Final = "transcript"
+VM_CREDENTIALS: Final = frozenset({"VM_TOKEN", "VM_TICKET"})
+"""Never passed on to a session process, not even for masking (its tools could reach them)."""
 INDEX_LOCK: Final = ".exec-plane-index.lock"
 """Under the home's ``storage/``: session processes open the shared SQLite indexes one at a time
 (opening runs a read-then-write transaction that fails at once with ``database is locked`` when two
@@ -521,6 +526,9 @@ class ProcessSessionAdapter(RuntimeAdapter):
             "mcp_servers": list(spec.mcp_servers),
             "demo_token_delay": spec.demo_token_delay,
             "heartbeat_interval": options.heartbeat_interval,
+            "held_secrets": {
+                name: value for name, value in held_secrets().items() if name not in VM_CREDENTIALS
+            },
         }
         await self._write(init)
         try:
@@ -922,6 +930,7 @@ class SessionChild:
 
         self.session_id = str(init["session_id"])
         session_dir = Path(str(init["session_dir"]))
+        hold_secrets(dict(init.get("held_secrets") or {}))  # masked in tool output, like the parent's
         settings = Settings(**dict(init["settings"]))
         skills = [SkillRef(**dict(item)) for item in init.get("skills") or []]
         self.memory = SessionMemory(session_dir)
