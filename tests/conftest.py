@@ -7,6 +7,7 @@ allowed, so an accidental call to a real LLM provider fails the test run.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -157,3 +158,29 @@ def lines_of(path: Path) -> list[str]:
 
 def run_async(coro: object) -> object:
     return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """Live (not zombie) processes, as this host's ``/proc`` shows them, whose command line contains
+    ``marker``: how tests see what a sandboxed tool left running (its own PIDs are namespaced)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() not in (entry / "cmdline").read_bytes():
+                continue
+            if "State:\tZ" in (entry / "status").read_text():
+                continue
+        except OSError:  # it ended while being looked at
+            continue
+        found.append(int(entry.name))
+    return found
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of host process ``pid`` (``None`` once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

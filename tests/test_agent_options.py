@@ -149,15 +149,17 @@ def test_workspaces_are_isolated(server: LiveServer) -> None:
             timeout=60,
         )
 
-    ask("alpha", "run: echo secret-alpha > note.txt")
-    beta = ask("beta", "read note.txt")
+    ask("alpha", "run: echo secret-alpha > workspace/note.txt")
+    beta = ask("beta", "read workspace/note.txt")
     assert "file not found" in beta.json()["choices"][0]["message"]["content"]
-    alpha = ask("alpha", "read note.txt")
+    alpha = ask("alpha", "read workspace/note.txt")
     assert "secret-alpha" in alpha.json()["choices"][0]["message"]["content"]
     root = server.settings.workspaces_root
-    assert (root / "alpha" / "note.txt").is_file() and not (root / "beta" / "note.txt").exists()
+    assert (root / "alpha" / "workspace" / "note.txt").is_file() and not (
+        root / "beta" / "workspace" / "note.txt"
+    ).exists()
     assert (root / "beta" / "workspace" / "SOUL.md").is_file()  # each workspace is a full home
-    shared = ask("shared", "read note.txt")  # the seed's default name is the main home
+    shared = ask("shared", "read workspace/note.txt")  # the seed's default name is the main home
     assert "file not found" in shared.json()["choices"][0]["message"]["content"]
 
 

@@ -84,7 +84,7 @@ def transcript(settings: Settings, session_id: str) -> list[dict[str, Any]]:
     return messages
 
 
-APPEND = "run: echo once >> side.txt && wc -l < side.txt"
+APPEND = "run: echo once >> workspace/side.txt && wc -l < workspace/side.txt"
 
 
 # -- the policy ------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_allow_runs_at_once_and_deny_is_not_offered(server: LiveServer) -> None:
 
 def test_approve_runs_the_tool_exactly_once(server: LiveServer) -> None:
     set_policies(server, {"terminal": "ask"})
-    side = server.settings.paths.root / "side.txt"
+    side = server.settings.paths.workspace / "side.txt"
     events = chat(server, "a1", APPEND)
     assert names(events)[-3:] == ["tool_start", "approval_required", "waiting"]
     request = one(events, "approval_required")
@@ -226,25 +226,25 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer) -> None:
 
 def test_edit_runs_the_tool_with_the_edited_arguments(server: LiveServer) -> None:
     set_policies(server, {"terminal": "ask"})
-    events = chat(server, "e1", "run: echo original > edited.txt")
+    events = chat(server, "e1", "run: echo original > workspace/edited.txt")
     approval = one(events, "approval_required")["approval_id"]
     bad = decide(server, "e1", approval, decision="edit", args={"cmd": "x"})
     assert "command" in assert_error(bad, 422, "invalid_decision")["message"]
     continued = decide_ok(
-        server, "e1", approval, decision="edit", args={"command": "echo changed > edited.txt"}
+        server, "e1", approval, decision="edit", args={"command": "echo changed > workspace/edited.txt"}
     )
-    assert (server.settings.paths.root / "edited.txt").read_text(encoding="utf-8") == "changed\n"
+    assert (server.settings.paths.workspace / "edited.txt").read_text(encoding="utf-8") == "changed\n"
     output = one(continued, "tool_end")["output"]
-    assert "replaced this tool call" in output and "echo changed > edited.txt" in output
+    assert "replaced this tool call" in output and "echo changed > workspace/edited.txt" in output
     assert one(continued, "done")["content"].startswith("[demo] `terminal` returned:")
     stored = transcript(server.settings, "e1")
-    assert stored[1]["tool_calls"][0]["input"] == "echo changed > edited.txt"
+    assert stored[1]["tool_calls"][0]["input"] == "echo changed > workspace/edited.txt"
     assert len(stored) == 3
 
 
 def test_reject_tells_the_model_why_and_it_answers(server: LiveServer) -> None:
     set_policies(server, {"terminal": "ask"})
-    events = chat(server, "r1", "run: echo nope > rejected.txt")
+    events = chat(server, "r1", "run: echo nope > workspace/rejected.txt")
     approval = one(events, "approval_required")["approval_id"]
     # the policy changing meanwhile does not change what was asked: the rejection still holds
     set_policies(server, {"terminal": "allow"})
@@ -253,7 +253,7 @@ def test_reject_tells_the_model_why_and_it_answers(server: LiveServer) -> None:
     assert end["is_error"] is True and "not on my machine" in end["output"]
     done = one(continued, "done")["content"]
     assert "reported an error" in done and "not on my machine" in done
-    assert not (server.settings.paths.root / "rejected.txt").exists()
+    assert not (server.settings.paths.workspace / "rejected.txt").exists()
     assert transcript(server.settings, "r1")[1]["tool_calls"][0]["output"] == end["output"]
 
 
@@ -290,13 +290,13 @@ def test_decision_errors(server: LiveServer) -> None:
 
 def test_cancel_drops_what_a_session_waits_for(server: LiveServer) -> None:
     set_policies(server, {"terminal": "ask"})
-    events = chat(server, "c1", "run: echo never > cancelled.txt")
+    events = chat(server, "c1", "run: echo never > workspace/cancelled.txt")
     approval = one(events, "approval_required")["approval_id"]
     response = httpx.post(f"{server.url}/api/sessions/c1/cancel", timeout=30)
     assert response.json() == {"session_id": "c1", "cancelled": True}
     assert pending(server, "c1")["waiting"] is False
     assert_error(decide(server, "c1", approval, decision="approve"), 409, "approval_decided")
-    assert not (server.settings.paths.root / "cancelled.txt").exists()
+    assert not (server.settings.paths.workspace / "cancelled.txt").exists()
     assert "cancelled" in transcript(server.settings, "c1")[-1]["tool_calls"][0]["output"]
     assert names(chat(server, "c1", "hello"))[-1] == "done"  # the session takes messages again
 
@@ -350,7 +350,7 @@ def test_a_restarted_server_continues_a_waiting_run(
 ) -> None:
     first = live_server()
     set_policies(first, {"terminal": "ask"})
-    side = settings.paths.root / "side.txt"
+    side = settings.paths.workspace / "side.txt"
     approval = one(chat(first, "restart1", APPEND), "approval_required")["approval_id"]
     first.stop()
     assert not side.exists()
@@ -392,9 +392,9 @@ def test_parallel_calls_each_wait_and_each_runs_once(scripted: LiveServer, llm: 
     llm.set_script(
         [
             tool_turn(
-                ToolCall("terminal", {"command": "echo A >> a.txt"}, id="call_a"),
+                ToolCall("terminal", {"command": "echo A >> workspace/a.txt"}, id="call_a"),
                 ToolCall("read_file", {"path": "notes.txt"}, id="call_r"),
-                ToolCall("terminal", {"command": "echo B >> b.txt"}, id="call_b"),
+                ToolCall("terminal", {"command": "echo B >> workspace/b.txt"}, id="call_b"),
                 text="Doing three things.",
             ),
             text_turn("All done."),
@@ -405,41 +405,43 @@ def test_parallel_calls_each_wait_and_each_runs_once(scripted: LiveServer, llm: 
     assert names(events).count("approval_required") == 2
     assert one(events, "tool_end")["output"] == "a note"  # the allowed call ran in the same step
     by_call = {data["call_id"]: data["approval_id"] for name, data in events if name == "approval_required"}
-    assert not (home / "a.txt").exists() and not (home / "b.txt").exists()
+    assert not (home / "workspace" / "a.txt").exists() and not (home / "workspace" / "b.txt").exists()
 
     first = decide_ok(scripted, "p1", by_call["call_a"], decision="approve")
     assert names(first) == ["tool_end", "waiting"]  # read_file's result is not reported again
     assert [item["call_id"] for item in one(first, "waiting")["pending"]] == ["call_b"]
     assert "approval_required" not in names(first)
-    assert lines_of(home / "a.txt") == ["A"] and not (home / "b.txt").exists()
+    assert lines_of(home / "workspace" / "a.txt") == ["A"] and not (home / "workspace" / "b.txt").exists()
     assert len(agent_calls(llm)) == 1  # the model was not called again
 
     second = decide_ok(scripted, "p1", by_call["call_b"], decision="approve")
     assert names(second)[0] == "tool_end" and names(second).count("tool_end") == 1
     assert one(second, "done")["content"] == "All done."
-    assert lines_of(home / "a.txt") == ["A"] and lines_of(home / "b.txt") == ["B"]
+    assert lines_of(home / "workspace" / "a.txt") == ["A"] and lines_of(home / "workspace" / "b.txt") == ["B"]
     assert len(agent_calls(llm)) == 2
     results = [m for m in agent_calls(llm)[1]["messages"] if m["role"] == "tool"]
     assert sorted(m["tool_call_id"] for m in results) == ["call_a", "call_b", "call_r"]
 
     stored = transcript(scripted.settings, "p1")
     assert stored[1]["tool_calls"] == [
-        {"tool": "terminal", "input": "echo A >> a.txt", "output": "(no output)"},
+        {"tool": "terminal", "input": "echo A >> workspace/a.txt", "output": "(no output)"},
         {"tool": "read_file", "input": "notes.txt", "output": "a note"},
-        {"tool": "terminal", "input": "echo B >> b.txt", "output": "(no output)"},
+        {"tool": "terminal", "input": "echo B >> workspace/b.txt", "output": "(no output)"},
     ]
     assert [m["content"] for m in stored] == ["go", "Doing three things.", "All done."]
 
 
 def test_a_denied_tool_called_anyway_is_refused(scripted: LiveServer, llm: ScriptedOpenAIServer) -> None:
     set_policies(scripted, {"terminal": "deny"})
-    llm.set_script([tool_turn(ToolCall("terminal", {"command": "echo hi > no.txt"})), text_turn("ok")])
+    llm.set_script(
+        [tool_turn(ToolCall("terminal", {"command": "echo hi > workspace/no.txt"})), text_turn("ok")]
+    )
     events = chat(scripted, "d1", "go")
     offered = {tool["function"]["name"] for tool in llm.requests[0]["tools"]}
     assert "terminal" not in offered and "ask_user" in offered
     end = one(events, "tool_end")
     assert end["is_error"] is True and "denied by this workspace's approval policy" in end["output"]
-    assert not (scripted.settings.paths.root / "no.txt").exists()
+    assert not (scripted.settings.paths.workspace / "no.txt").exists()
 
 
 # -- surfaces that cannot ask ----------------------------------------------------------------
@@ -458,16 +460,16 @@ def completion(server: LiveServer, text: str, **extra: Any) -> str:
 def test_openai_endpoint_denies_ask_tools_unless_permissions_are_skipped(server: LiveServer) -> None:
     set_policies(server, {"terminal": "ask"})
     home = server.settings.paths.root
-    denied = completion(server, "run: echo v1 > v1.txt")
+    denied = completion(server, "run: echo v1 > workspace/v1.txt")
     thinking = denied.split("</think>")[0]
     assert "terminal need the user's approval" in thinking and "denied" in thinking
-    assert "not available" in denied and not (home / "v1.txt").exists()
+    assert "not available" in denied and not (home / "workspace" / "v1.txt").exists()
 
-    allowed = completion(server, "run: echo v1 > v1.txt", dangerously_skip_permissions=True)
+    allowed = completion(server, "run: echo v1 > workspace/v1.txt", dangerously_skip_permissions=True)
     assert (
         "dangerously-skip-permissions=true, so terminal run without approval" in allowed.split("</think>")[0]
     )
-    assert (home / "v1.txt").read_text(encoding="utf-8") == "v1\n"
+    assert (home / "workspace" / "v1.txt").read_text(encoding="utf-8") == "v1\n"
 
     # ask_user is never offered where no one can answer
     assert "not available" in completion(server, "ask: really?")
@@ -478,11 +480,13 @@ def test_openai_refuses_an_ask_tool_the_model_calls_anyway(
     scripted: LiveServer, llm: ScriptedOpenAIServer
 ) -> None:
     set_policies(scripted, {"terminal": "ask"})
-    llm.set_script([tool_turn(ToolCall("terminal", {"command": "echo x > x.txt"})), text_turn("fine")])
+    llm.set_script(
+        [tool_turn(ToolCall("terminal", {"command": "echo x > workspace/x.txt"})), text_turn("fine")]
+    )
     content = completion(scripted, "go")
     assert "terminal" not in {tool["function"]["name"] for tool in llm.requests[0]["tools"]}
     assert "needs the user's approval" in content and content.endswith("fine")
-    assert not (scripted.settings.paths.root / "x.txt").exists()
+    assert not (scripted.settings.paths.workspace / "x.txt").exists()
 
 
 def test_streaming_openai_says_so_in_the_thinking_block(server: LiveServer) -> None:
@@ -504,7 +508,7 @@ def test_native_endpoint_applies_the_permission_mode(server: LiveServer) -> None
 
     def run(**extra: Any) -> list[dict[str, Any]]:
         response = httpx.post(
-            f"{server.url}/api/agent", json={"prompt": "run: echo n > n.txt", **extra}, timeout=60
+            f"{server.url}/api/agent", json={"prompt": "run: echo n > workspace/n.txt", **extra}, timeout=60
         )
         assert response.status_code == 200, response.text
         return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
@@ -518,8 +522,8 @@ def test_native_endpoint_applies_the_permission_mode(server: LiveServer) -> None
     )
     assert "terminal need the user's approval" in init["permissions"]
     assert lines[-1]["subtype"] == "success" and "not available" in lines[-1]["result"]
-    assert not (server.settings.paths.root / "n.txt").exists()
+    assert not (server.settings.paths.workspace / "n.txt").exists()
 
     lines = run(**{"dangerously-skip-permissions": True})
     assert lines[0]["permission_mode"] == "skip" and "terminal" in lines[0]["tools"]
-    assert (server.settings.paths.root / "n.txt").read_text(encoding="utf-8") == "n\n"
+    assert (server.settings.paths.workspace / "n.txt").read_text(encoding="utf-8") == "n\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import LiveServer, parse_sse
+from tests.conftest import LiveServer, host_processes_with, parent_pid, parse_sse
 
 
 def chat(server: LiveServer, session_id: str, message: str) -> list[tuple[str, dict[str, Any]]]:
@@ -48,8 +49,8 @@ def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
 
 
 def test_cancel_a_running_turn(server: LiveServer) -> None:
-    pid_file = server.settings.paths.root / "child.pid"
-    code = "import os, time; open('child.pid', 'w').write(str(os.getpid())); time.sleep(20)"
+    marker = f"1000.{secrets.randbelow(10**9)}"  # found from the host, sandboxed or not
+    code = f"import subprocess, time; subprocess.Popen(['sleep', '{marker}']); time.sleep(20)"
     with (
         httpx.Client(timeout=30) as client,
         client.stream(
@@ -58,10 +59,9 @@ def test_cancel_a_running_turn(server: LiveServer) -> None:
     ):
         lines = stream.iter_lines()
         assert any(line.startswith("event: tool_start") for line in lines)
-        assert wait_until(pid_file.exists)
-        assert wait_until(lambda: pid_file.read_text().strip() != "")
-        child = int(pid_file.read_text())
-        assert not process_gone(child)
+        assert wait_until(lambda: host_processes_with(marker))
+        child = parent_pid(host_processes_with(marker)[0])  # the python process
+        assert child is not None and not process_gone(child)
         started = time.monotonic()
         response = client.post(f"{server.url}/api/sessions/c1/cancel")
         assert response.json() == {"session_id": "c1", "cancelled": True}
@@ -73,6 +73,7 @@ def test_cancel_a_running_turn(server: LiveServer) -> None:
     assert "Running that Python code." in str(events[-1][1]["content"])
     assert not any(name == "title" for name, _ in events)
     assert wait_until(lambda: process_gone(child), timeout=5), "the python subprocess survived the cancel"
+    assert wait_until(lambda: not host_processes_with(marker)), "its child survived the cancel"
 
     messages = stored(server, "c1")["messages"]
     assert messages[0] == {"role": "user", "content": f"python: {code}"}

@@ -586,7 +586,7 @@ async def test_client_disconnect_mid_run(
 # -- approvals -----------------------------------------------------------------------------------
 
 APPROVER: dict[str, Any] = {"scopes": (READ, WRITE, APPROVALS), "caps": ("approvals", "tool-events")}
-APPEND = "run: echo once >> side.txt && wc -l < side.txt"
+APPEND = "run: echo once >> workspace/side.txt && wc -l < workspace/side.txt"
 NOBODY = "Nobody who can answer approval requests is connected"
 
 
@@ -613,7 +613,7 @@ async def test_approve_runs_the_tool_once_and_the_reply_arrives(
     server: LiveServer, settings: Settings, schema: ProtocolSchema
 ) -> None:
     set_policies(server, {"terminal": "ask"})
-    side = settings.paths.root / "side.txt"
+    side = settings.paths.workspace / "side.txt"
     async with raw_client(server, schema) as approver, gateway(server, schema) as plain:
         hello = await approver.ok("connect", connect_params(**APPROVER))
         assert hello["auth"]["scopes"] == [READ, WRITE, APPROVALS]
@@ -694,12 +694,16 @@ async def test_deny_and_the_tool_never_runs(
     server: LiveServer, settings: Settings, schema: ProtocolSchema
 ) -> None:
     set_policies(server, {"terminal": "ask"})
-    target = settings.paths.root / "denied.txt"
+    target = settings.paths.workspace / "denied.txt"
     # the exec-only capability of classic exec approval clients
     async with gateway(server, schema, scopes=(READ, WRITE, APPROVALS), caps=("exec-approvals",)) as approver:
         await approver.ok(
             "chat.send",
-            {"sessionKey": "agent:main:dn1", "message": "run: echo no > denied.txt", "idempotencyKey": "dn1"},
+            {
+                "sessionKey": "agent:main:dn1",
+                "message": "run: echo no > workspace/denied.txt",
+                "idempotencyKey": "dn1",
+            },
         )
         requested = (await approver.event(named("exec.approval.requested")))["payload"]
         bad = await approver.request("exec.approval.resolve", {"id": requested["id"], "decision": "maybe"})
@@ -772,13 +776,13 @@ async def test_clients_without_the_capability_have_ask_tools_refused(
                     "chat.send",
                     {
                         "sessionKey": f"agent:main:{key}",
-                        "message": f"run: echo x > {key}.txt",
+                        "message": f"run: echo x > workspace/{key}.txt",
                         "idempotencyKey": key,
                     },
                 )
                 final = (await client.run_events(key))[-1]
                 assert final["state"] == "final" and "not available" in text_of(final)  # not offered
-                assert not (settings.paths.root / f"{key}.txt").exists()
+                assert not (settings.paths.workspace / f"{key}.txt").exists()
                 assert not [name for name in await drained(client) if "approval" in name]
         # the approver, connected all along, was asked nothing about those turns
         assert not [name for name in await drained(approver) if "approval" in name]
@@ -817,14 +821,14 @@ async def test_a_paused_run_ends_when_nobody_can_answer(
                 "chat.send",
                 {
                     "sessionKey": "agent:main:nr2",
-                    "message": "run: echo late > late.txt",
+                    "message": "run: echo late > workspace/late.txt",
                     "idempotencyKey": "nr2",
                 },
             )
             await approver.event(named("exec.approval.requested"))
         final = (await watcher.run_events("nr2"))[-1]
         assert final["state"] == "final" and NOBODY in text_of(final)
-        assert not (settings.paths.root / "late.txt").exists()
+        assert not (settings.paths.workspace / "late.txt").exists()
 
     # Nobody answers in time: expired, denied.
     gateway_server.approval_orphan_grace = 30.0
@@ -832,7 +836,11 @@ async def test_a_paused_run_ends_when_nobody_can_answer(
     async with gateway(server, schema, **APPROVER) as approver:
         await approver.ok(
             "chat.send",
-            {"sessionKey": "agent:main:nr3", "message": "run: echo slow > slow.txt", "idempotencyKey": "nr3"},
+            {
+                "sessionKey": "agent:main:nr3",
+                "message": "run: echo slow > workspace/slow.txt",
+                "idempotencyKey": "nr3",
+            },
         )
         approval_id = (await approver.event(named("exec.approval.requested")))["payload"]["id"]
         final = (await approver.run_events("nr3"))[-1]
@@ -843,7 +851,7 @@ async def test_a_paused_run_ends_when_nobody_can_answer(
             "approval.resolve", {"id": approval_id, "kind": "exec", "decision": "allow-once"}
         )
         assert late["applied"] is False and late["approval"]["status"] == "expired"
-        assert not (settings.paths.root / "slow.txt").exists()
+        assert not (settings.paths.workspace / "slow.txt").exists()
 
 
 async def test_abort_while_waiting_cancels_the_approval(
@@ -853,7 +861,8 @@ async def test_abort_while_waiting_cancels_the_approval(
     async with gateway(server, schema, **APPROVER) as approver:
         key = "agent:main:ab1"
         await approver.ok(
-            "chat.send", {"sessionKey": key, "message": "run: echo x > never.txt", "idempotencyKey": "ab1"}
+            "chat.send",
+            {"sessionKey": key, "message": "run: echo x > workspace/never.txt", "idempotencyKey": "ab1"},
         )
         approval_id = (await approver.event(named("exec.approval.requested")))["payload"]["id"]
         busy = await approver.request(
@@ -868,7 +877,9 @@ async def test_abort_while_waiting_cancels_the_approval(
             "runIds": ["ab1"],
         }
         aborted = (await approver.run_events("ab1"))[-1]
-        assert aborted["state"] == "aborted" and text_of(aborted).startswith("Running `echo x > never.txt`")
+        assert aborted["state"] == "aborted" and text_of(aborted).startswith(
+            "Running `echo x > workspace/never.txt`"
+        )
         cancelled = [f["payload"] for f in approver.events if f["event"] == "session.approval"][-1]
         assert (
             cancelled["approval"]["status"] == "cancelled"
@@ -878,7 +889,7 @@ async def test_abort_while_waiting_cancels_the_approval(
             "approval.resolve", {"id": approval_id, "kind": "exec", "decision": "allow-once"}
         )
         assert late["applied"] is False and late["approval"]["status"] == "cancelled"
-        assert not (settings.paths.root / "never.txt").exists()
+        assert not (settings.paths.workspace / "never.txt").exists()
         # the session takes messages again
         await approver.ok("chat.send", {"sessionKey": key, "message": "hello", "idempotencyKey": "ab3"})
         assert (await approver.run_events("ab3"))[-1]["state"] == "final"

@@ -25,7 +25,7 @@ from tests.conftest import LiveServer, assert_error, lines_of
 from tests.inbox_support import SseClient, wait_until
 
 TIMEOUT = 60.0  # s: generous, the machine may be busy; nothing here asserts a duration
-APPEND = "run: echo once >> side.txt && wc -l < side.txt"
+APPEND = "run: echo once >> workspace/side.txt && wc -l < workspace/side.txt"
 COMMAND = APPEND[len("run: ") :]
 
 
@@ -159,7 +159,7 @@ def test_a_plain_message_answers_the_question(server: LiveServer, settings: Sett
 
 def test_approve_runs_the_tool_exactly_once(server: LiveServer, settings: Settings) -> None:
     set_policies(server, {"terminal": "ask"})
-    side = settings.paths.root / "side.txt"
+    side = settings.paths.workspace / "side.txt"
     with api(server) as client:
         waiting = waiting_task(client, APPEND)
         task_id = waiting["id"]
@@ -202,7 +202,7 @@ def test_reject_with_a_reason_tells_the_agent_and_nothing_runs(
 ) -> None:
     set_policies(server, {"terminal": "ask"})
     with api(server) as client:
-        waiting = waiting_task(client, "run: echo nope > rejected.txt")
+        waiting = waiting_task(client, "run: echo nope > workspace/rejected.txt")
         task_id, approval = waiting["id"], waiting["waitingFor"][0]["approvalId"]
         decided = decide(client, task_id, approval, decision="reject", message="  not on my machine ")
         assert decided.status_code == 200
@@ -210,7 +210,7 @@ def test_reject_with_a_reason_tells_the_agent_and_nothing_runs(
         final = messages(client, task_id)
         assert final[2] == {**final[2], "senderType": "user", "content": "🚫 Rejected: not on my machine"}
         assert "not on my machine" in final[3]["content"] and "reported an error" in final[3]["content"]
-    assert not (settings.paths.root / "rejected.txt").exists()
+    assert not (settings.paths.workspace / "rejected.txt").exists()
 
 
 def test_a_plain_message_to_a_tool_approval_rejects_it_and_never_starts_a_second_run(
@@ -219,7 +219,7 @@ def test_a_plain_message_to_a_tool_approval_rejects_it_and_never_starts_a_second
     server = live_server(demo_token_delay=0.05)  # the continuation takes a while: time for a 2nd message
     set_policies(server, {"terminal": "ask"})
     with api(server) as client:
-        task_id = waiting_task(client, "run: echo yes > typed.txt")["id"]
+        task_id = waiting_task(client, "run: echo yes > workspace/typed.txt")["id"]
         sent = client.post(f"/tasks/{task_id}/messages", json={"content": "yes please"})
         assert sent.status_code == 200
         # the reply continues the paused run; more messages wait for it (no second run)
@@ -228,21 +228,21 @@ def test_a_plain_message_to_a_tool_approval_rejects_it_and_never_starts_a_second
         wait_status(client, task_id, "completed")
         final = messages(client, task_id)
         assert [m["content"] for m in final if m["senderType"] == "user"] == [
-            "run: echo yes > typed.txt",
+            "run: echo yes > workspace/typed.txt",
             "yes please",  # saved as typed
         ]
         assert "yes please" in final[-1]["content"] and "reported an error" in final[-1]["content"]
     # free text is not consent: the command never ran
-    assert not (settings.paths.root / "typed.txt").exists()
+    assert not (settings.paths.workspace / "typed.txt").exists()
     stored = transcript(settings.paths.sessions, task_id)
-    assert [m["content"] for m in stored if m["role"] == "user"] == ["run: echo yes > typed.txt"]
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["run: echo yes > workspace/typed.txt"]
     assert "yes please" in stored[1]["tool_calls"][0]["output"]
 
 
 @pytest.mark.parametrize("policy", ["allow", "ask", "deny"])
 def test_the_policy_decides_at_the_inbox_surface(server: LiveServer, settings: Settings, policy: str) -> None:
     set_policies(server, {"terminal": policy})
-    side = settings.paths.root / "side.txt"
+    side = settings.paths.workspace / "side.txt"
     with api(server) as client:
         task_id = create(client, APPEND)
         task = wait_status(client, task_id, "completed", "waiting")
@@ -266,11 +266,11 @@ def test_an_agents_own_workspace_policy_applies_to_its_tasks(server: LiveServer,
         set_policies(server, {"terminal": "ask"}, workspace="ops")
         main_task = create(client, "run: echo main")
         assert wait_status(client, main_task, "completed", "waiting")["status"] == "completed"
-        ops = waiting_task(client, "run: echo ops > ops.txt", agent_id="ops")
-        assert not (settings.workspaces_root / "ops" / "ops.txt").exists()
+        ops = waiting_task(client, "run: echo ops > workspace/ops.txt", agent_id="ops")
+        assert not (settings.workspaces_root / "ops" / "workspace" / "ops.txt").exists()
         decide(client, ops["id"], ops["waitingFor"][0]["approvalId"], decision="approve")
         wait_status(client, ops["id"], "completed")
-    assert lines_of(settings.workspaces_root / "ops" / "ops.txt") == ["ops"]
+    assert lines_of(settings.workspaces_root / "ops" / "workspace" / "ops.txt") == ["ops"]
 
 
 def test_decisions_are_checked_before_anything_is_saved(server: LiveServer) -> None:
@@ -321,7 +321,7 @@ def test_cancel_or_delete_drops_what_a_task_waits_for(server: LiveServer, settin
     set_policies(server, {"terminal": "ask"})
     sessions = server.app.state.services.sessions
     with api(server) as client:
-        cancelled = waiting_task(client, "run: echo never > cancelled.txt")
+        cancelled = waiting_task(client, "run: echo never > workspace/cancelled.txt")
         approval = cancelled["waitingFor"][0]["approvalId"]
         response = client.post(f"/tasks/{cancelled['id']}/cancel")
         assert response.status_code == 200 and response.json()["status"] == "cancelled"
@@ -337,12 +337,12 @@ def test_cancel_or_delete_drops_what_a_task_waits_for(server: LiveServer, settin
             "invalid_transition",
         )
 
-        deleted = waiting_task(client, "run: echo never > deleted.txt")
+        deleted = waiting_task(client, "run: echo never > workspace/deleted.txt")
         assert sessions.is_waiting(task_session_name(deleted["id"]))
         assert client.delete(f"/tasks/{deleted['id']}").status_code == 204
         assert not sessions.is_waiting(task_session_name(deleted["id"]))
-    assert not (settings.paths.root / "cancelled.txt").exists()
-    assert not (settings.paths.root / "deleted.txt").exists()
+    assert not (settings.paths.workspace / "cancelled.txt").exists()
+    assert not (settings.paths.workspace / "deleted.txt").exists()
 
 
 # -- restarts ----------------------------------------------------------------------------------
@@ -353,7 +353,7 @@ def test_a_restart_keeps_waiting_tasks_waiting_and_resumable(
 ) -> None:
     first = live_server()
     set_policies(first, {"terminal": "ask"})
-    side = settings.paths.root / "side.txt"
+    side = settings.paths.workspace / "side.txt"
     with api(first) as client:
         tool = waiting_task(client, APPEND)
         question = waiting_task(client, "ask: still there?")

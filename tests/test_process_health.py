@@ -211,7 +211,7 @@ def test_process_needs_the_token_when_one_is_set(
 
 # -- /health -------------------------------------------------------------------------------------
 
-CHECK_KEYS = {"llm", "workspace", "mcp", "openclaw_runtime", "inbox"}
+CHECK_KEYS = {"llm", "workspace", "mcp", "openclaw_runtime", "inbox", "sandbox"}
 
 
 def get_health(server: LiveServer, path: str = "/health", **headers: str) -> httpx.Response:

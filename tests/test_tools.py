@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from langchain_core.tools import BaseTool
 
 from clawlet.config import Settings
 from clawlet.memory.stores import KnowledgeBase
@@ -22,6 +25,7 @@ from clawlet.tools.python_repl import make_python_tool
 from clawlet.tools.read_file import make_read_file_tool
 from clawlet.tools.registry import TOOL_NAMES, build_tools
 from clawlet.tools.terminal import blocked_reason, make_terminal_tool
+from tests.conftest import host_processes_with, parent_pid
 
 
 def pid_gone(pid: int) -> bool:
@@ -91,20 +95,28 @@ def test_blacklist_word_boundaries() -> None:
     assert blocked_reason("rm -f ./x") is None
 
 
+async def run_watching(
+    tool: BaseTool, arguments: dict[str, str], marker: str
+) -> tuple[str, dict[int, int | None]]:
+    """Run the tool; also the host PIDs seen meanwhile whose command line holds ``marker`` (the
+    tool's processes, found from outside whether or not it runs in a sandbox), with their parents."""
+    task = asyncio.ensure_future(tool.ainvoke(arguments))
+    seen: dict[int, int | None] = {}
+    while not task.done():
+        for pid in host_processes_with(marker):
+            seen.setdefault(pid, parent_pid(pid))
+        await asyncio.sleep(0.02)
+    return await task, seen
+
+
 async def test_terminal_timeout_kills_the_command_and_its_children(settings: Settings) -> None:
-    home = settings.paths.root
-    tool = make_terminal_tool(home, timeout=1)
-    started = time.monotonic()
-    output = await tool.ainvoke(
-        {"command": "echo $$ > shell.pid; sleep 30 & echo $! > child.pid; echo partial; wait"}
-    )
-    elapsed = time.monotonic() - started
-    assert elapsed < 4
-    assert "[timed out after 1 s; the command was killed]" in output
+    tool = make_terminal_tool(settings.paths.root, timeout=2)
+    marker = f"1000.{secrets.randbelow(10**9)}"  # a unique sleep duration to find the processes by
+    output, seen = await run_watching(tool, {"command": f"sleep {marker} & echo partial; wait"}, marker)
+    assert "[timed out after 2 s; the command was killed]" in output
     assert "partial" in output
-    for name in ("shell.pid", "child.pid"):
-        pid = int((home / name).read_text())
-        assert wait_for(lambda pid=pid: pid_gone(pid)), f"{name} survived the timeout"
+    assert seen, "the command's processes were never seen running"
+    assert wait_for(lambda: not host_processes_with(marker)), "processes survived the timeout"
 
 
 async def test_terminal_output_is_capped(settings: Settings) -> None:
@@ -173,19 +185,20 @@ async def test_python_reports_exceptions(settings: Settings) -> None:
 
 
 async def test_python_timeout_kills_the_process(settings: Settings) -> None:
-    home = settings.paths.root
-    tool = make_python_tool(home, timeout=1)
-    started = time.monotonic()
+    tool = make_python_tool(settings.paths.root, timeout=2)
+    marker = f"1000.{secrets.randbelow(10**9)}"
     code = (
-        "import os, time\nopen('py.pid', 'w').write(str(os.getpid()))\n"
+        f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'])\n"
         "print('begun', flush=True)\ntime.sleep(30)"
     )
-    output = await tool.ainvoke({"code": code})
-    assert time.monotonic() - started < 4
-    assert "[timed out after 1 s; the process was killed]" in output
+    output, seen = await run_watching(tool, {"code": code}, marker)
+    assert "[timed out after 2 s; the process was killed]" in output
     assert "begun" in output
-    pid = int((home / "py.pid").read_text())
-    assert wait_for(lambda: pid_gone(pid))
+    assert seen, "the child process was never seen running"
+    parents = {parent for parent in seen.values() if parent is not None}
+    assert parents
+    assert wait_for(lambda: not host_processes_with(marker)), "the child survived the timeout"
+    assert all(wait_for(lambda pid=pid: pid_gone(pid)) for pid in parents), "python survived the timeout"
 
 
 async def test_python_environment_is_scrubbed(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,6 +48,7 @@ def cmd_serve(settings: Settings) -> int:
     from clawlet.api.app import create_app
     from clawlet.llm.providers import ProviderConfigError, describe_model
     from clawlet.logs import configure_logging
+    from clawlet.tools.sandbox import sandbox_status, startup_warning
 
     if settings.listens_beyond_loopback and not settings.accepted_tokens:
         print(
@@ -64,7 +65,13 @@ def cmd_serve(settings: Settings) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     init_home(settings.paths)
-    print(f"clawlet {__version__} · home {settings.paths.root} · model {info.label}")
+    sandbox = sandbox_status(settings.sandbox)
+    print(
+        f"clawlet {__version__} · home {settings.paths.root} · model {info.label}"
+        f" · sandbox {sandbox.describe()}"
+    )
+    if warning := startup_warning(sandbox):
+        print(warning, file=sys.stderr)
     print(f"listening on http://{settings.host}:{settings.port}  (Ctrl+C to stop)")
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     gateway_urls = [f"ws://{host}:{settings.port}/gateway"]

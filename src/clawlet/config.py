@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "demo", "openai", "deepseek", "anthropic"]
 ApprovalPolicy = Literal["allow", "ask", "deny"]
+SandboxMode = Literal["off", "auto", "bubblewrap"]  # see clawlet.tools.sandbox
 APPROVAL_POLICIES: tuple[str, ...] = get_args(ApprovalPolicy)
 
 
@@ -125,6 +126,9 @@ class Settings(BaseSettings):
     max_tool_calls: int = Field(default=50, ge=1)
     terminal_timeout: float = Field(default=30.0, gt=0)
     python_timeout: float = Field(default=30.0, gt=0)
+    #: the OS sandbox of terminal, python_repl and MCP servers: ``auto`` (bubblewrap when it works),
+    #: ``bubblewrap`` (required: those tools refuse to run without it) or ``off``
+    sandbox: SandboxMode = "auto"
     fetch_timeout: float = Field(default=15.0, gt=0)
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)  # PUT /process body limit
 
@@ -282,6 +286,7 @@ class HomePaths:
 
 
 TOOL_APPROVALS_KEY = "tool_approvals"
+SANDBOX_KEY = "sandbox"
 
 
 class RuntimeConfig:
@@ -331,6 +336,23 @@ class RuntimeConfig:
     def configured_tool_approvals(self) -> dict[str, ApprovalPolicy]:
         """Every configured policy that applies here: the parent's, overridden by this file's."""
         return {**self.inherited_tool_approvals(), **self.get_tool_approvals()}
+
+    def get_sandbox_network(self) -> bool:
+        """Whether sandboxed tools may use the network (``{"sandbox": {"network": false}}`` turns it
+        off): this file's value, else the parent's, else on."""
+        section = self._read().get(SANDBOX_KEY)
+        if isinstance(section, dict) and isinstance(section.get("network"), bool):
+            return bool(section["network"])
+        if self.parent is not None and self.parent.path != self.path:
+            return self.parent.get_sandbox_network()
+        return True
+
+    def set_sandbox_network(self, enabled: bool) -> None:
+        with file_lock(self.path):
+            data = self._read()
+            section = data.get(SANDBOX_KEY)
+            data[SANDBOX_KEY] = {**(section if isinstance(section, dict) else {}), "network": enabled}
+            atomic_write_json(self.path, data, root=self.path.parent)
 
     def set_tool_approvals(self, policies: Mapping[str, ApprovalPolicy]) -> None:
         """Replace this file's approval policies (an empty mapping removes them)."""

@@ -94,15 +94,15 @@ def pause_on(page: Page, server: Server, command: str) -> tuple[str, Locator]:
 
 
 def test_approve_runs_the_command_once(page: Page, server: Server) -> None:
-    target = server.home / "approvals-a.txt"
+    target = server.home / "workspace" / "approvals-a.txt"
     open_app(page, server.url)
     new_chat(page)
-    submit(page, f"run: echo approved-once >> {target.name}")
+    submit(page, f"run: echo approved-once >> workspace/{target.name}")
     card = page.get_by_test_id("approval-card")
     expect(card).to_be_visible(timeout=SLOW)
     expect(card.get_by_test_id("approval-tool")).to_have_text("terminal")
     expect(card.get_by_test_id("approval-args")).to_contain_text(
-        f'"command": "echo approved-once >> {target.name}"'
+        f'"command": "echo approved-once >> workspace/{target.name}"'
     )
     expect(page.get_by_test_id("tool-awaiting")).to_be_visible()
     expect_waiting(page)
@@ -121,12 +121,14 @@ def test_approve_runs_the_command_once(page: Page, server: Server) -> None:
 
 
 def test_edit_runs_the_edited_command(page: Page, server: Server) -> None:
-    original = server.home / "approvals-b-original.txt"
-    edited = server.home / "approvals-b-edited.txt"
-    _, card = pause_on(page, server, f"echo original >> {original.name}")
+    original = server.home / "workspace" / "approvals-b-original.txt"
+    edited = server.home / "workspace" / "approvals-b-edited.txt"
+    _, card = pause_on(page, server, f"echo original >> workspace/{original.name}")
     card.get_by_test_id("edit-button").click()
     editor = card.get_by_test_id("args-editor")
-    expect(editor).to_have_value(re.compile(r'"command": "echo original >> approvals-b-original.txt"'))
+    expect(editor).to_have_value(
+        re.compile(r'"command": "echo original >> workspace/approvals-b-original.txt"')
+    )
     # invalid arguments are refused before anything is sent
     editor.fill('{"command": ')
     expect(card.get_by_test_id("args-error")).to_contain_text("Not valid JSON")
@@ -134,14 +136,14 @@ def test_edit_runs_the_edited_command(page: Page, server: Server) -> None:
     editor.fill('["echo"]')
     expect(card.get_by_test_id("args-error")).to_contain_text("must be a JSON object")
     expect(card.get_by_test_id("edit-submit")).to_be_disabled()
-    editor.fill(f'{{"command": "echo edited >> {edited.name}"}}')
+    editor.fill(f'{{"command": "echo edited >> workspace/{edited.name}"}}')
     expect(card.get_by_test_id("args-error")).to_have_count(0)
     card.get_by_test_id("edit-submit").click()
 
     decision = card.get_by_test_id("card-decision")
     expect(decision).to_contain_text("Edited and approved", timeout=SLOW)
-    expect(decision).to_contain_text(f"echo edited >> {edited.name}")
-    expect(page.get_by_test_id("tool-input")).to_have_text(f"echo edited >> {edited.name}")
+    expect(decision).to_contain_text(f"echo edited >> workspace/{edited.name}")
+    expect(page.get_by_test_id("tool-input")).to_have_text(f"echo edited >> workspace/{edited.name}")
     expect(page.get_by_test_id("assistant-bubble").last).to_contain_text("[demo]", timeout=SLOW)
     expect_finished(page)
     screenshot(page, "approval-card-edited")
@@ -150,8 +152,8 @@ def test_edit_runs_the_edited_command(page: Page, server: Server) -> None:
 
 
 def test_reject_with_a_message(page: Page, server: Server) -> None:
-    target = server.home / "approvals-c.txt"
-    _, card = pause_on(page, server, f"echo never >> {target.name}")
+    target = server.home / "workspace" / "approvals-c.txt"
+    _, card = pause_on(page, server, f"echo never >> workspace/{target.name}")
     card.get_by_test_id("reject-button").click()
     card.get_by_test_id("reject-message").fill("not on my machine")
     card.get_by_test_id("reject-submit").click()
@@ -201,10 +203,10 @@ def test_decline_a_question(page: Page, server: Server) -> None:
 
 
 def test_a_waiting_chat_survives_a_reload(page: Page, server: Server) -> None:
-    target = server.home / "approvals-e.txt"
+    target = server.home / "workspace" / "approvals-e.txt"
     open_app(page, server.url)
     session_id = new_chat(page)
-    submit(page, f"run: echo after-reload >> {target.name}")
+    submit(page, f"run: echo after-reload >> workspace/{target.name}")
     expect(page.get_by_test_id("approval-card")).to_be_visible(timeout=SLOW)
     expect_waiting(page)
 
@@ -239,8 +241,8 @@ def test_a_waiting_chat_survives_a_reload(page: Page, server: Server) -> None:
 
 def test_a_decision_made_elsewhere_is_shown(page: Page, server: Server, page_errors: PageErrors) -> None:
     page_errors.allow.append("409 (Conflict)")
-    target = server.home / "approvals-g.txt"
-    session_id, card = pause_on(page, server, f"echo elsewhere >> {target.name}")
+    target = server.home / "workspace" / "approvals-g.txt"
+    session_id, card = pause_on(page, server, f"echo elsewhere >> workspace/{target.name}")
     approval_id = card.get_attribute("data-approval-id")
     # someone else (another tab, the API) rejects it first
     answer = server.api(
@@ -258,8 +260,8 @@ def test_a_decision_made_elsewhere_is_shown(page: Page, server: Server, page_err
 
 
 def test_cancel_a_waiting_turn(page: Page, server: Server) -> None:
-    target = server.home / "approvals-h.txt"
-    session_id, card = pause_on(page, server, f"echo cancelled >> {target.name}")
+    target = server.home / "workspace" / "approvals-h.txt"
+    session_id, card = pause_on(page, server, f"echo cancelled >> workspace/{target.name}")
     page.get_by_test_id("cancel-turn").click()
     expect(card.get_by_test_id("card-decision")).to_contain_text("Cancelled")
     expect(page.get_by_test_id("waiting-badge")).to_have_count(0)
@@ -305,10 +307,10 @@ def test_a_waiting_chat_survives_a_server_restart(
     try:
         policy = own.api("PUT", "/api/config/tool-approvals", json={"policies": {"terminal": "ask"}})
         assert policy.status_code == 200, policy.text
-        target = own.home / "approvals-restart.txt"
+        target = own.home / "workspace" / "approvals-restart.txt"
         open_app(page, own.url)
         session_id = new_chat(page)
-        submit(page, f"run: echo after-restart >> {target.name}")
+        submit(page, f"run: echo after-restart >> workspace/{target.name}")
         expect(page.get_by_test_id("approval-card")).to_be_visible(timeout=SLOW)
         expect_waiting(page)
 

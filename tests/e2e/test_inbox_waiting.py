@@ -98,9 +98,9 @@ def test_a_question_goes_to_needs_reply_and_the_answer_completes_it(
 
 def test_a_tool_call_is_approved_from_the_phone_and_runs_once(mobile_page: Page, server: Server) -> None:
     set_terminal_policy(server, "ask")
-    side = server.home / "phone.txt"
+    side = server.home / "workspace" / "phone.txt"
     try:
-        command = "echo from-the-phone >> phone.txt && wc -l < phone.txt"
+        command = "echo from-the-phone >> workspace/phone.txt && wc -l < workspace/phone.txt"
         task = create_task(server, f"run: {command}")
         wait_status(server, task["id"], "waiting")
         assert not side.exists(), "the command ran before it was approved"
@@ -139,9 +139,9 @@ def test_rejected_in_chinese_with_a_reason_it_never_runs(
     new_mobile_page: Callable[..., Page], server: Server
 ) -> None:
     set_terminal_policy(server, "ask")
-    side = server.home / "rejected.txt"
+    side = server.home / "workspace" / "rejected.txt"
     try:
-        task = create_task(server, "run: echo no > rejected.txt")
+        task = create_task(server, "run: echo no > workspace/rejected.txt")
         wait_status(server, task["id"], "waiting")
         page = new_mobile_page(locale="zh-CN")
         page.goto(f"{server.url}/inbox/agents/main/tasks/{task['id']}")

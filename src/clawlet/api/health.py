@@ -14,7 +14,10 @@
 * ``inbox``: the task inbox's database answers; with the ``gateway`` backend, whether the OpenClaw
   gateway is connected (not yet connected is fine; a failed connection makes it ``degraded``);
 * ``openclaw_runtime``: whether Node.js ≥ 24.16 and the ``openclaw`` CLI are installed. It is
-  optional: ``unavailable`` is reported but does not change the overall status.
+  optional: ``unavailable`` is reported but does not change the overall status;
+* ``sandbox``: whether terminal, python_repl and MCP servers run in bubblewrap (also the top-level
+  ``sandbox``: ``bubblewrap`` or ``none (<reason>)``): ``unavailable`` without it, ``not_configured``
+  with ``CLAWLET_SANDBOX=off``, ``degraded`` when it is required and missing (those tools refuse).
 
 HTTP 200 for ``healthy`` and ``degraded``, 503 for ``unhealthy``. ``/health`` is public like the
 seed's; with a token configured, callers without it get the statuses and messages but not the
@@ -47,6 +50,7 @@ from clawlet.inbox.backends import GatewayBackend
 from clawlet.inbox.service import InboxService
 from clawlet.llm.providers import ProviderConfigError, describe_model
 from clawlet.tools.mcp import MCP_CONFIG_FILE, McpConfigError, read_mcp_config
+from clawlet.tools.sandbox import SandboxStatus, sandbox_status
 
 router = APIRouter()
 
@@ -275,6 +279,22 @@ def probe_openclaw_runtime() -> dict[str, Any]:
     return result
 
 
+# -- sandbox -------------------------------------------------------------------------------------
+
+
+def check_sandbox(status: SandboxStatus) -> dict[str, Any]:
+    details = {"sandbox": status.describe(), "mode": status.mode}
+    if status.active:
+        return _check(
+            "healthy", "terminal, python_repl and MCP servers run in a bubblewrap sandbox", **details
+        )
+    if status.mode == "off":
+        return _check("not_configured", "the tool sandbox is off (CLAWLET_SANDBOX=off)", **details)
+    if status.refused:
+        return _check("degraded", f"the required tool sandbox is unavailable: {status.reason}", **details)
+    return _check("unavailable", f"tools run unsandboxed: {status.reason}", **details)
+
+
 # -- inbox ---------------------------------------------------------------------------------------
 
 
@@ -334,14 +354,22 @@ def _uptime(request: Request) -> float:
 async def health(request: Request) -> JSONResponse:
     settings: Settings = request.app.state.services.settings
     root = settings.paths.root
-    llm, workspace, mcp, runtime, inbox = await asyncio.gather(
+    llm, workspace, mcp, runtime, inbox, sandbox = await asyncio.gather(
         check_llm(settings),
         asyncio.to_thread(check_workspace, root),
         asyncio.to_thread(check_mcp, root),
         asyncio.to_thread(probe_openclaw_runtime),
         asyncio.to_thread(check_inbox, request.app.state.inbox),
+        asyncio.to_thread(sandbox_status, settings.sandbox),
     )
-    checks = {"llm": llm, "workspace": workspace, "mcp": mcp, "openclaw_runtime": runtime, "inbox": inbox}
+    checks = {
+        "llm": llm,
+        "workspace": workspace,
+        "mcp": mcp,
+        "openclaw_runtime": runtime,
+        "inbox": inbox,
+        "sandbox": check_sandbox(sandbox),
+    }
     checks = {name: {**check, "details": dict(check["details"])} for name, check in checks.items()}
     if not _authenticated(request, settings):
         _redact(checks)
@@ -355,6 +383,8 @@ async def health(request: Request) -> JSONResponse:
         "uptime_seconds": uptime,
         # seed 001: whether sessions with runtime_type "openclaw" can run on this machine
         "openclaw_available": checks["openclaw_runtime"]["status"] == "healthy",
+        # issue 14: whether the tools' subprocesses run sandboxed: "bubblewrap" or "none (<reason>)"
+        "sandbox": sandbox.describe(),
         "checks": checks,
     }
     return JSONResponse(body, status_code=503 if status == "unhealthy" else 200)

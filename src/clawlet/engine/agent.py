@@ -72,7 +72,7 @@ from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.tools.base import ToolError
 from clawlet.tools.mcp import McpTools, config_fingerprint, load_mcp_tools
-from clawlet.tools.registry import build_tools
+from clawlet.tools.registry import build_tools, tool_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +144,19 @@ class AgentEngine:
         return self._model
 
     def build_tools(self) -> list[BaseTool]:
-        return [*build_tools(self.settings, self.knowledge), *self.mcp.tools]
+        return [*build_tools(self.settings, self.knowledge, self.runtime_config), *self.mcp.tools]
 
     async def prepare(self) -> None:
-        """Load (or reload, when ``mcp.json`` changed) the MCP tools; the agent is rebuilt then."""
+        """Load (or reload, when ``mcp.json`` or the sandbox's network setting changed) the MCP
+        tools; the agent is rebuilt then."""
         async with self._mcp_lock:
+            sandbox = tool_sandbox(self.settings, self.runtime_config)
             fingerprint = config_fingerprint(self.settings.paths.root)
+            if fingerprint:
+                fingerprint += f"|network={sandbox.network_enabled()}"
             if fingerprint == self._mcp_fingerprint:
                 return
-            self.mcp = await load_mcp_tools(self.settings.paths.root)
+            self.mcp = await load_mcp_tools(self.settings.paths.root, sandbox)
             self._mcp_fingerprint = fingerprint
             self._agent = None
 

@@ -9,6 +9,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
 from clawlet.tools.base import run_process
+from clawlet.tools.sandbox import ToolSandbox
 
 MAX_OUTPUT_CHARS = 5_000
 
@@ -31,10 +32,13 @@ class PythonInput(BaseModel):
     code: str = Field(description="Python source code to execute. Use print() to show results.")
 
 
-def make_python_tool(home: Path, timeout: float = 30.0) -> BaseTool:
+def make_python_tool(home: Path, timeout: float = 30.0, sandbox: ToolSandbox | None = None) -> BaseTool:
+    """The tool for ``home``; code runs in ``sandbox`` (default: the home's, ``CLAWLET_SANDBOX=auto``)."""
+    sandbox = sandbox or ToolSandbox(home)
+
     async def python_repl(code: str) -> str:
         result = await run_process(
-            [sys.executable, "-I", "-c", _RUNNER],
+            sandbox.wrap([sys.executable, "-I", "-c", _RUNNER]),
             cwd=home,
             timeout=timeout,
             stdin=code.encode("utf-8"),

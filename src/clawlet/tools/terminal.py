@@ -9,6 +9,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
 from clawlet.tools.base import ToolError, run_process
+from clawlet.tools.sandbox import ToolSandbox
 
 MAX_OUTPUT_CHARS = 5_000
 
@@ -41,12 +42,16 @@ class TerminalInput(BaseModel):
     command: str = Field(description="The shell command to run (bash syntax).")
 
 
-def make_terminal_tool(home: Path, timeout: float = 30.0) -> BaseTool:
+def make_terminal_tool(home: Path, timeout: float = 30.0, sandbox: ToolSandbox | None = None) -> BaseTool:
+    """The tool for ``home``; commands run in ``sandbox`` (default: the home's, ``CLAWLET_SANDBOX=auto``)."""
+    sandbox = sandbox or ToolSandbox(home)
+
     async def terminal(command: str) -> str:
         reason = blocked_reason(command)
         if reason:
             raise ToolError(f"command refused by the safety blacklist ({reason})")
-        result = await run_process(["/bin/bash", "-c", command], cwd=home, timeout=timeout)
+        argv = sandbox.wrap(["/bin/bash", "-c", command])
+        result = await run_process(argv, cwd=home, timeout=timeout)
         return result.describe(MAX_OUTPUT_CHARS, timeout, "the command")
 
     return StructuredTool.from_function(
