@@ -90,7 +90,7 @@ class SseClient:
         if self._loop is not None and self._task is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop finished meanwhile
                 self._loop.call_soon_threadsafe(self._task.cancel)
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=60)
         assert not self._thread.is_alive(), "the SSE client did not stop"
 
     def names(self, *, skip: tuple[str, ...] = ("heartbeat", "message.delta")) -> list[str]:

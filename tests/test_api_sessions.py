@@ -224,25 +224,25 @@ def test_second_chat_on_a_running_session_is_busy(server: LiveServer) -> None:
         client.stream(
             "POST",
             f"{server.url}/api/chat",
-            json={"message": "python: import time; time.sleep(3)", "session_id": "busy"},
+            json={"message": "python: import time; time.sleep(600)", "session_id": "busy"},
         ) as stream,
     ):
         lines = stream.iter_lines()
         assert any(line.startswith("event: tool_start") for line in lines)
         second = httpx.post(
-            f"{server.url}/api/chat", json={"message": "hello", "session_id": "busy"}, timeout=10
+            f"{server.url}/api/chat", json={"message": "hello", "session_id": "busy"}, timeout=60
         )
         error = assert_error(second, 409, "session_busy")
         assert "busy" in error["message"]
         assert httpx.get(f"{server.url}/api/sessions/busy/history").json()["running"] is True
-        cancelled = httpx.post(f"{server.url}/api/sessions/busy/cancel", timeout=10)
+        cancelled = httpx.post(f"{server.url}/api/sessions/busy/cancel", timeout=60)
         assert cancelled.json()["cancelled"] is True
         rest = "\n".join(lines)
     assert '"cancelled": true' in rest
     # The rejected message was never stored.
     history = httpx.get(f"{server.url}/api/sessions/busy/history").json()
     assert [m["content"] for m in history["messages"] if m["role"] == "user"] == [
-        "python: import time; time.sleep(3)"
+        "python: import time; time.sleep(600)"
     ]
     # Once the run is over the session accepts turns again.
     assert chat(server, "busy", "hello again")[-1][0] == "done"

@@ -162,7 +162,7 @@ def test_cross_user_access_is_refused(cluster: LocalCluster) -> None:
 
 def test_a_user_without_a_connected_exec_plane_gets_a_clear_error(cluster: LocalCluster) -> None:
     cluster.kill("exec-plane-bob", signal.SIGTERM)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while httpx.get(f"{cluster.base_url}/health").json()["connected_exec_planes"] != 1:
         assert time.monotonic() < deadline
         time.sleep(0.1)

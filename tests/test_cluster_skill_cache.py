@@ -659,7 +659,7 @@ async def test_cancelling_a_load_leaves_nothing_and_releases_the_locks(tmp_path:
         await task
     assert cache_entries(tmp_path) == []
     fetch.delay = 0
-    await asyncio.wait_for(cache.load("pdf"), timeout=5)
+    await asyncio.wait_for(cache.load("pdf"), timeout=60)
     assert cache.is_cached("pdf")
 
 

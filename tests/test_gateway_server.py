@@ -391,8 +391,8 @@ async def test_missing_scope_is_forbidden(server: LiveServer, schema: ProtocolSc
 async def test_tick_events(live_server: Callable[..., LiveServer], schema: ProtocolSchema) -> None:
     server = live_server(Settings(gateway_tick_interval_ms=50))
     async with gateway(server, schema) as client:
-        first = await client.event(lambda f: f["event"] == "tick", timeout=2)
-        second = await client.event(lambda f: f["event"] == "tick", timeout=2)
+        first = await client.event(lambda f: f["event"] == "tick", timeout=30)
+        second = await client.event(lambda f: f["event"] == "tick", timeout=30)
         assert second["seq"] == first["seq"] + 1 and second["payload"]["ts"] >= first["payload"]["ts"]
 
 

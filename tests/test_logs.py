@@ -51,11 +51,13 @@ def test_server_logs_json_lines_with_request_ids_and_auth_failures(tmp_path: Pat
         )
         try:
             base = f"http://127.0.0.1:{port}"
-            for _ in range(200):
+            deadline = time.monotonic() + 120  # generous: the suite must pass on a loaded machine
+            while True:
                 try:
-                    httpx.get(f"{base}/api/status", timeout=1)
+                    httpx.get(f"{base}/api/status", timeout=10)
                     break
                 except httpx.HTTPError:
+                    assert time.monotonic() < deadline, "clawlet serve did not start"
                     time.sleep(0.05)
             denied = httpx.get(
                 f"{base}/api/status",
@@ -66,7 +68,7 @@ def test_server_logs_json_lines_with_request_ids_and_auth_failures(tmp_path: Pat
             assert allowed.status_code == 200 and allowed.headers["x-request-id"]
         finally:
             process.terminate()
-            process.wait(timeout=20)
+            process.wait(timeout=60)
     lines = [json.loads(line) for line in log_file.read_text().splitlines() if line.startswith("{")]
     assert lines, log_file.read_text()
     failures = [entry for entry in lines if entry.get("event") == "auth_failure"]

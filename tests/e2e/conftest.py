@@ -20,13 +20,25 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from tests.conftest import PROVIDER_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 UI_INDEX = REPO / "src" / "clawlet" / "web" / "index.html"
+DEADLINE_MS = 60_000
+"""How long a browser action or an ``expect`` waits (Playwright's own defaults, 30 s for actions
+and 5 s for ``expect``, are too short for a loaded machine)."""
+expect.set_options(timeout=DEADLINE_MS)
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -93,10 +105,10 @@ def start_serve(base: Path, port: int, env_extra: dict[str, str] | None = None) 
         command = [str(clawlet), "serve", "--port", str(port)]
         process = subprocess.Popen(command, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while True:
         try:
-            if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health/ready", timeout=10).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
@@ -110,7 +122,7 @@ def start_serve(base: Path, port: int, env_extra: dict[str, str] | None = None) 
 def stop_serve(server: Server) -> None:
     server.process.terminate()
     try:
-        server.process.wait(timeout=10)
+        server.process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait()
@@ -217,7 +229,7 @@ def page(browser: Browser, server: Server, page_errors: PageErrors) -> Iterator[
 
     page.on("console", on_console)
     page.on("pageerror", lambda error: page_errors.messages.append(f"pageerror: {error}"))
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(DEADLINE_MS)
     try:
         yield page
     finally:
@@ -260,7 +272,7 @@ def new_mobile_page(
 
         page.on("console", on_console)
         page.on("pageerror", lambda error: page_errors.messages.append(f"pageerror: {error}"))
-        page.set_default_timeout(15_000)
+        page.set_default_timeout(DEADLINE_MS)
         return page
 
     try:

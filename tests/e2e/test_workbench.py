@@ -89,16 +89,14 @@ def test_stop_cancels_a_running_turn(page: Page, server: Server) -> None:
     open_app(page, server)
     new_chat(page)
     box = page.get_by_test_id("chat-input")
-    box.fill("run: sleep 20")
+    box.fill("run: sleep 600")  # longer than any wait here: only Stop ends it in time
     box.press("Enter")
-    expect(page.get_by_test_id("tool-input")).to_have_text("sleep 20")
-    started = time.monotonic()
+    expect(page.get_by_test_id("tool-input")).to_have_text("sleep 600")
     page.get_by_test_id("stop-button").click()
     expect(page.get_by_test_id("send-button")).to_be_visible()
-    assert time.monotonic() - started < 10
     expect(page.get_by_test_id("assistant-bubble").last).to_contain_text("Stopped")
     session_id = page.locator(".session.active").get_attribute("data-session-id")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while server.api("GET", f"/api/sessions/{session_id}/history").json()["running"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -149,7 +147,7 @@ def test_editor_saves_memory_to_disk(page: Page, server: Server) -> None:
     expect(page.get_by_test_id("dirty-marker")).to_have_count(0)
     expect(page.get_by_test_id("notice")).to_contain_text("memory/MEMORY.md")
     memory = server.home / "memory" / "MEMORY.md"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while "The e2e robot likes green tea" not in memory.read_text(encoding="utf-8"):
         assert time.monotonic() < deadline, memory.read_text(encoding="utf-8")
         time.sleep(0.1)
@@ -306,7 +304,7 @@ class SplittingProxy(BaseHTTPRequestHandler):
             self.upstream + self.path, data=body, headers=headers, method=self.command
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=120) as response:
                 status, data, reply_headers = response.status, response.read(), response.headers
         except urllib.error.HTTPError as error:
             status, data, reply_headers = error.code, error.read(), error.headers
@@ -384,5 +382,6 @@ def test_a_turn_the_server_stopped_in_shows_as_interrupted(page: Page, tmp_path:
         expect(notice).to_contain_text("the server stopped before answering")
         expect(page.get_by_test_id("assistant-bubble")).not_to_contain_text("[interrupted:")
         screenshot(page, "chat-interrupted")
+        page.goto("about:blank")  # nothing polls the server once it stops
     finally:
         stop_serve(restarted)
