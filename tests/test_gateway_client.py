@@ -497,14 +497,15 @@ async def test_disconnect_fails_pending_requests_and_chats(
 
 
 async def test_watchdog_drops_a_silent_connection_and_reconnects(harness: Harness) -> None:
-    async with ScriptedGateway(token=TOKEN, tick_interval_ms=100) as gw:
+    # ticks 0.4 s apart: a loaded machine's scheduling delays stay well inside the 0.8 s watchdog
+    async with ScriptedGateway(token=TOKEN, tick_interval_ms=400) as gw:
         client = harness.client(gw.url)
         await client.start()
-        await asyncio.sleep(0.45)  # more than twice the tick interval: ticks keep the connection
+        await asyncio.sleep(1.0)  # more than twice the tick interval: ticks keep the connection
         assert client.connected and client.connects == 1 and len(gw.connections) == 1
         first = gw.latest
         first.silent = True
-        await until(first.closed.is_set, "the watchdog to drop the silent connection", timeout=3)
+        await until(first.closed.is_set, "the watchdog to drop the silent connection", timeout=60)
         assert first.close_code == 4000
         await until(lambda: client.connected and client.connects == 2, "the reconnect")
         assert await client.request("health") == {"ok": True}
@@ -543,7 +544,7 @@ async def test_gives_up_after_max_reconnects_and_recovers_later(
     started = time.monotonic()
     with pytest.raises(GatewayUnavailable):
         await client.request("health", timeout=5)
-    assert time.monotonic() - started < 1.0, "requests fail fast once the client gave up"
+    assert time.monotonic() - started < 4.0, "requests fail fast once the client gave up (timeout: 5 s)"
     assert len(gateway.connections) == 5, "a request after giving up makes one fresh attempt"
     gateway.refuse_connections = False
     assert await client.request("health") == {"ok": True}
