@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from clawlet.api.app import create_app
 from clawlet.config import Settings
 from clawlet.home import init_home
 from tests.support.ast_parse_lock import serialise_ast_parse
+from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
 
 serialise_ast_parse()  # threads may render tracebacks while pytest renders one (CPython gh-106905)
 
@@ -187,3 +190,62 @@ def parent_pid(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+@pytest.fixture(scope="session")
+def schema() -> ProtocolSchema:
+    """The OpenClaw gateway protocol's JSON Schema (the test skips when it cannot be installed)."""
+    try:
+        return load_protocol_schema()
+    except SchemaUnavailable as exc:
+        pytest.skip(f"the gateway protocol schema is unavailable (npm / registry): {exc}")
+
+
+SERVE_DEADLINE = 120.0
+"""Seconds a ``clawlet serve`` subprocess may take to start or stop (generous: loaded machines)."""
+
+
+class ServeProcess:
+    """A real ``clawlet serve`` subprocess on a free loopback port, its output in a log file."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.port = free_port()
+        self.log = home.parent / f"serve-{self.port}.log"
+        env = {**os.environ, "CLAWLET_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        self.handle = self.log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "clawlet", "serve", "--port", str(self.port)],
+            env=env,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + SERVE_DEADLINE
+        while True:
+            try:
+                if httpx.get(f"{self.url}/api/status", timeout=10).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"clawlet serve did not start:\n{self.output()}")
+            time.sleep(0.1)
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(SERVE_DEADLINE)
+        self.handle.close()
+
+
+@pytest.fixture
+def serve(clawlet_home: Path) -> Iterator[list[ServeProcess]]:
+    """The ``clawlet serve`` processes a test starts (append them); killed at the end."""
+    started: list[ServeProcess] = []
+    yield started
+    for proc in started:
+        proc.close()

@@ -9,10 +9,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import httpx
 import pytest
 
 from clawlet.sessions.store import INTERRUPTED_NOTE
-from tests.conftest import free_port, parse_sse
+from tests.conftest import ServeProcess, parse_sse
 
 V2_KEYS = {"title", "created_at", "updated_at", "compressed_context", "messages"}
 DEADLINE = 120.0
@@ -34,49 +33,6 @@ def wait_until(condition: Callable[[], bool], describe: Callable[[], str], timeo
     while not condition():
         assert time.monotonic() < deadline, describe()
         time.sleep(0.05)
-
-
-class ServeProcess:
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.port = free_port()
-        self.log = home.parent / f"serve-{self.port}.log"
-        env = {**os.environ, "CLAWLET_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-        self.handle = self.log.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "clawlet", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=self.handle,
-            stderr=subprocess.STDOUT,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/status", timeout=10).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"clawlet serve did not start:\n{self.output()}")
-            time.sleep(0.1)
-
-    def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(DEADLINE)
-        self.handle.close()
-
-
-@pytest.fixture
-def serve(clawlet_home: Path) -> Iterator[list[ServeProcess]]:
-    started: list[ServeProcess] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 def check_sessions(home: Path) -> dict[str, dict[str, Any]]:

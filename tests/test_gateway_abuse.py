@@ -25,7 +25,7 @@ from clawlet.gateway.protocol import decode, encode, request_frame
 from clawlet.gateway.server import MAX_CHAT_MESSAGE_CHARS, MAX_REQUEST_ID_CHARS, GatewayServer
 from clawlet.services import Workspaces, build_services
 from tests.conftest import LiveServer
-from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+from tests.support.gateway_schema import ProtocolSchema
 from tests.test_gateway_server import (
     Client,
     MemoryTransport,
@@ -38,14 +38,6 @@ from tests.test_gateway_server import (
 
 DEADLINE = 60.0
 """Generous: the suite must pass on a loaded machine; nothing here asserts speed."""
-
-
-@pytest.fixture(scope="session")
-def schema() -> ProtocolSchema:
-    try:
-        return load_protocol_schema()
-    except SchemaUnavailable as exc:
-        pytest.skip(f"the gateway protocol schema is unavailable (npm / registry): {exc}")
 
 
 def req(request_id: Any, method: str, params: Any) -> str:

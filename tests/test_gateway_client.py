@@ -33,21 +33,13 @@ from clawlet.gateway.protocol import (
     GatewayError,
     assistant_message,
 )
-from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+from tests.support.gateway_schema import ProtocolSchema
 from tests.support.scripted_gateway import SILENT, ScriptedGateway, ScriptedRun
 
 TOKEN = "scripted-secret-token"
 
 
 # -- fixtures and helpers ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def schema() -> ProtocolSchema:
-    try:
-        return load_protocol_schema()
-    except SchemaUnavailable as exc:
-        pytest.skip(f"the @openclaw/gateway-protocol schema could not be installed: {exc}")
 
 
 @pytest.fixture

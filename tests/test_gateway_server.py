@@ -33,7 +33,7 @@ from clawlet.gateway.server import GatewayServer, session_id_for, stable_session
 from clawlet.services import Workspaces, build_services
 from clawlet.sessions.store import TranscriptStore
 from tests.conftest import LiveServer, free_port
-from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+from tests.support.gateway_schema import ProtocolSchema
 
 READ = "operator.read"
 WRITE = "operator.write"
@@ -61,14 +61,6 @@ APPROVAL_EVENT_PAYLOADS = {
     "question.requested": "QuestionRecord",
     "question.resolved": "QuestionResolvedEvent",
 }
-
-
-@pytest.fixture(scope="session")
-def schema() -> ProtocolSchema:
-    try:
-        return load_protocol_schema()
-    except SchemaUnavailable as exc:
-        pytest.skip(f"the gateway protocol schema is unavailable (npm / registry): {exc}")
 
 
 def connect_params(

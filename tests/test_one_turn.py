@@ -32,7 +32,7 @@ from clawlet.llm.demo import SUMMARY_REQUEST_MARKER
 from clawlet.sessions.store import SessionNotFound, TranscriptStore
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
 from tests.conftest import LiveServer
-from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+from tests.support.gateway_schema import ProtocolSchema
 from tests.test_gateway_server import READ, WRITE, Client, gateway
 
 PAIRS = 50
@@ -244,17 +244,7 @@ async def test_inbox_follow_ups(live_server: Callable[..., LiveServer], settings
         assert contents[0] == "hello" and len(contents) == 2, contents  # the loser was not saved
 
 
-@pytest.fixture(scope="session")
-def protocol_schema() -> ProtocolSchema:
-    try:
-        return load_protocol_schema()
-    except SchemaUnavailable as exc:
-        pytest.skip(f"the gateway protocol schema is unavailable (npm / registry): {exc}")
-
-
-async def test_gateway_chat_send(
-    slow_server: LiveServer, settings: Settings, protocol_schema: ProtocolSchema
-) -> None:
+async def test_gateway_chat_send(slow_server: LiveServer, settings: Settings, schema: ProtocolSchema) -> None:
     """Each side of a pair has its own connection (a connection handles its requests in order);
     the senders may only write, so one reader follows every run's ``chat`` events."""
     terminal: dict[str, str] = {}  # run id → the state of its last chat event
@@ -267,12 +257,12 @@ async def test_gateway_chat_send(
                 terminal[payload["runId"]] = payload["state"]
 
     async with contextlib.AsyncExitStack() as stack:
-        reader = await stack.enter_async_context(gateway(slow_server, protocol_schema, scopes=(READ,)))
+        reader = await stack.enter_async_context(gateway(slow_server, schema, scopes=(READ,)))
         following = asyncio.create_task(follow(reader))
         senders: list[Client] = list(
             await asyncio.gather(
                 *(
-                    stack.enter_async_context(gateway(slow_server, protocol_schema, scopes=(WRITE,)))
+                    stack.enter_async_context(gateway(slow_server, schema, scopes=(WRITE,)))
                     for _ in range(2 * PAIRS)
                 )
             )

@@ -19,8 +19,7 @@ from clawlet.config import RuntimeConfig, Settings
 from clawlet.tools.mcp import load_mcp_tools
 from clawlet.tools.sandbox import SandboxUnavailable, ToolSandbox, bubblewrap_problem
 from clawlet.tools.terminal import make_terminal_tool
-from tests.conftest import LiveServer, host_processes_with, parse_sse
-from tests.test_crash_safety import ServeProcess
+from tests.conftest import LiveServer, ServeProcess, host_processes_with, parse_sse
 
 BWRAP_PROBLEM = bubblewrap_problem()
 needs_bubblewrap = pytest.mark.skipif(
@@ -36,14 +35,6 @@ def tool_output(url: str, message: str, session_id: str = "sandbox") -> str:
     outputs = [data["output"] for name, data in parse_sse(response.text) if name == "tool_end"]
     assert len(outputs) == 1, response.text
     return str(outputs[0])
-
-
-@pytest.fixture
-def serve(clawlet_home: Path) -> Iterator[list[ServeProcess]]:
-    started: list[ServeProcess] = []
-    yield started
-    for proc in started:
-        proc.close()
 
 
 @pytest.fixture
