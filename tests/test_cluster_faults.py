@@ -88,11 +88,13 @@ def scripted_reply(body: dict[str, Any]) -> Turn:
     return text_turn(f"[scripted] you said: {text}", chunks=ECHO_CHUNKS)
 
 
-def gated_code(gate: Path, output: str) -> str:
-    """Python that waits for ``gate`` to exist (at most ``GATE_WAIT`` s), then prints ``output``."""
+def gated_code(gate: str, output: str) -> str:
+    """Python that waits for the file ``workspace/<gate>`` of its home to exist (at most
+    ``GATE_WAIT`` s), then prints ``output``. The gate is in the workspace because the tool runs in
+    the sandbox, which sees nothing of the host but the home's workspace (see :func:`open_gate`)."""
     return (
         f"import pathlib, time\n"
-        f"gate = pathlib.Path({str(gate)!r})\n"
+        f"gate = pathlib.Path('workspace', {gate!r})\n"
         f"deadline = time.monotonic() + {GATE_WAIT}\n"
         f"while not gate.exists() and time.monotonic() < deadline:\n"
         f"    time.sleep(0.05)\n"
@@ -305,6 +307,12 @@ def last_heartbeat(store: ControlPlaneStore, user: str) -> int:
     return max((vm.last_seen or 0 for vm in store.list_vms(user)), default=0)
 
 
+def open_gate(cluster: LocalCluster, users: list[str], gate: str) -> None:
+    """Create the gate file :func:`gated_code` waits for in each user's exec-plane workspace."""
+    for user in users:
+        (cluster.data_dir / "exec-planes" / user / "home" / "workspace" / gate).touch()
+
+
 def queued_records(cluster: LocalCluster, user: str) -> list[dict[str, Any]]:
     """The fire-and-forget records waiting in ``user``'s exec plane's ``usage_queue.jsonl``."""
     path = cluster.data_dir / "exec-planes" / user / USAGE_QUEUE_FILE
@@ -359,7 +367,6 @@ def logs_of(cluster: LocalCluster) -> dict[str, str]:
 def test_control_plane_killed_mid_turn_and_restarted(
     make_cluster: Callable[..., LocalCluster],
     llm: ScriptedOpenAIServer,
-    tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
     cluster = make_cluster(["alice"], exec_env=llm_env(llm))
@@ -369,7 +376,7 @@ def test_control_plane_killed_mid_turn_and_restarted(
     assert names(chat(cluster, "alice", "first turn", "s1"))[-2:] == ["done", "title"]
 
     # a turn whose tool waits for the gate; the control plane dies while it waits
-    gate = tmp_path / "gate-1"
+    gate = "gate-1"
     old = EventStream(cluster, "alice", "s1")
     message = "python: " + gated_code(gate, "slept through it")
     turn = Background(lambda: chat(cluster, "alice", message, "s1"))
@@ -387,7 +394,7 @@ def test_control_plane_killed_mid_turn_and_restarted(
         turn.wait()
 
     # the turn completes on the exec plane meanwhile; its usage report waits on disk
-    gate.touch()
+    open_gate(cluster, ["alice"], gate)
     queued_offline = wait_until(
         lambda: QUEUED_OFFLINE.findall(logs_of(cluster)["exec-plane-alice.log"]),
         "the interrupted turn's usage report to be queued while the control plane is away",
@@ -523,7 +530,7 @@ def test_a_request_in_flight_when_the_control_plane_dies_is_settled_by_resume(
 
 
 def test_a_killed_session_process_fails_only_its_turn(
-    make_cluster: Callable[..., LocalCluster], llm: ScriptedOpenAIServer, tmp_path: Path
+    make_cluster: Callable[..., LocalCluster], llm: ScriptedOpenAIServer
 ) -> None:
     cluster = make_cluster(["alice", "bob"], exec_env=llm_env(llm))
     sessions = [("alice", "victim"), ("alice", "neighbour"), ("bob", "other-user")]
@@ -531,7 +538,7 @@ def test_a_killed_session_process_fails_only_its_turn(
     for user, sid in sessions:
         assert names(chat(cluster, user, f"hello from {sid}", sid))[-2:] == ["done", "title"]
 
-    gate = tmp_path / "gate-2"
+    gate = "gate-2"
     streams = {sid: EventStream(cluster, user, sid) for user, sid in sessions}
     turns = {
         sid: Background(
@@ -561,7 +568,7 @@ def test_a_killed_session_process_fails_only_its_turn(
     for sid in ("neighbour", "other-user"):
         assert turns[sid].thread.is_alive(), f"{sid} ended early: {turns[sid].result}"
         assert not [e for e in streams[sid].snapshot() if f"ok {sid}" in str(e.get("result"))]
-    gate.touch()
+    open_gate(cluster, ["alice", "bob"], gate)
     for sid in ("neighbour", "other-user"):
         events = turns[sid].wait()
         assert "error" not in names(events) and names(events)[-1] == "done", events
