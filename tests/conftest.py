@@ -7,6 +7,7 @@ allowed, so an accidental call to a real LLM provider fails the test run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import subprocess
@@ -249,3 +250,15 @@ def serve(clawlet_home: Path) -> Iterator[list[ServeProcess]]:
     yield started
     for proc in started:
         proc.close()
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logging() -> Iterator[None]:
+    """Put the root logger back after each test: code under test that calls ``configure_logging``
+    points it at the ``sys.stderr`` pytest captures and closes, and server threads still running
+    would then log to a closed file."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
