@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ import httpx
 import pytest
 
 from clawlet.cluster.local_cluster import LocalCluster
+from clawlet.cluster.openclaw_bridge import default_bridge_dir
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import free_port, parse_sse
 
 
@@ -109,6 +112,148 @@ def test_two_users_chat_and_stay_apart(cluster: LocalCluster) -> None:
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     me = httpx.get(f"{cluster.base_url}/api/cluster/me", headers=auth(cluster.tokens["alice"])).json()
     assert me == {"user_id": "alice", "exec_plane_connected": True}
+
+
+NODE = shutil.which("node")
+OPENCLAW_E2E_SKIP = (
+    "node is not on PATH (the OpenClaw bridge needs Node.js >= 20)"
+    if NODE is None
+    else None
+    if (default_bridge_dir() / "node_modules" / "ws" / "package.json").is_file()
+    else f"the OpenClaw bridge's dependencies are not installed: run `npm ci` in {default_bridge_dir()}"
+)
+FAKE_OPENCLAW = """import fs from 'node:fs';
+const config = JSON.parse(fs.readFileSync(process.env.OPENCLAW_CONFIG_PATH, 'utf8'));
+const provider = Object.values(config.models.providers)[0];
+console.log(`fake openclaw: model ${config.agents.defaults.model.primary} at ${provider.baseUrl}`);
+process.exit(3);
+"""
+
+
+def openclaw_machine(root: Path, node_version: str) -> dict[str, str]:
+    """An execution plane's environment for the ``openclaw`` runtime without the real OpenClaw: a
+    ``node`` that says it is ``node_version`` and otherwise is this machine's Node (the real bridge
+    runs on it), and an ``openclaw`` whose ``gateway`` prints the model of the ``openclaw.json`` the
+    bridge wrote for it, then exits 3."""
+    root.mkdir(parents=True)
+    node = root / "node"
+    node.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo {node_version}; exit 0; fi\nexec {NODE} "$@"\n',
+        encoding="utf-8",
+    )
+    node.chmod(0o755)
+    package = root / "openclaw"
+    package.mkdir()
+    (package / "package.json").write_text(json.dumps({"name": "openclaw", "version": "2026.9.6"}))
+    (package / "openclaw.mjs").write_text(FAKE_OPENCLAW, encoding="utf-8")
+    return {"CLAWLET_OPENCLAW_NODE": str(node), "CLAWLET_OPENCLAW_BIN": str(package)}
+
+
+def chat_error(cluster: LocalCluster, user: str, message: str, session_id: str) -> str:
+    events = chat(cluster, user, message, session_id)
+    errors = [str(data["error"]) for name, data in events if name == "error"]
+    assert errors, events
+    return errors[0]
+
+
+@pytest.mark.skipif(OPENCLAW_E2E_SKIP is not None, reason=OPENCLAW_E2E_SKIP or "")
+def test_an_openclaw_user_chats_over_the_api_with_the_stored_or_the_machines_model(tmp_path: Path) -> None:
+    """Issue 15 §4: ``POST /api/chat`` for a user whose runtime is ``openclaw`` reaches OpenClaw with
+    a model and no extra step: the execution plane's own (``CLAWLET_LLM_*``) when the control plane
+    stores none, else the one ``add-user``/``set-runtime`` stored. The real OpenClaw is not
+    installed here: the bridge (real, on this machine's Node) starts a fake ``openclaw gateway``
+    that reports the model it was configured with. Without a Node OpenClaw accepts, the user gets
+    the bridge's clear error about Node."""
+    cluster = LocalCluster(tmp_path / "cluster", ["alice", "carol"], free_port())
+    cli = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", str(cluster.cp_dir)]
+
+    def admin(*args: str) -> str:
+        done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    admin("add-user", "carol", "--runtime-type", "openclaw", "--model", "openai/gpt-4o-mini")
+    own_model = {
+        "CLAWLET_PROVIDER": "openai",
+        "CLAWLET_LLM_MODEL": "exec-plane-model",
+        "CLAWLET_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+    }
+    try:
+        cluster.prepare_users()
+        cluster.start_control_plane()
+        alice_env = {**own_model, **openclaw_machine(tmp_path / "alice-machine", "v24.21.0")}
+        cluster.start_exec_plane("alice", {**cluster.vm_credentials("alice"), **alice_env})
+        carol_env = {**own_model, **openclaw_machine(tmp_path / "carol-machine", "v24.15.0")}
+        cluster.start_exec_plane("carol", {**cluster.vm_credentials("carol"), **carol_env})
+        cluster.wait_connected(2)
+
+        assert "runtime=openclaw" in admin("set-runtime", "alice", "--runtime-type", "openclaw")
+        error = chat_error(cluster, "alice", "hello openclaw", "oc1")
+        assert "agent_config.model is required" not in error
+        assert "fake openclaw: model openai/exec-plane-model at http://127.0.0.1:9/v1" in error, error
+        assert "openclaw gateway exited with code 3" in error
+
+        admin(
+            "set-runtime", "alice", "--model", "deepseek/deepseek-chat", "--base-url", "http://127.0.0.1:8/v1"
+        )
+        error = chat_error(cluster, "alice", "hello again", "oc2")
+        assert "fake openclaw: model deepseek/deepseek-chat at http://127.0.0.1:8/v1" in error, error
+
+        error = chat_error(cluster, "carol", "hello", "oc3")
+        assert "agent_config.model is required" not in error
+        assert "OpenClaw is not available on this machine" in error
+        assert "is Node v24.15.0; OpenClaw needs >=24.16.0 <25 or >=26.1.0" in error, error
+    finally:
+        cluster.stop()
+
+
+REAL_OPENCLAW_BIN = os.environ.get("CLAWLET_OPENCLAW_BIN", "").strip()  # read at import: the autouse
+REAL_OPENCLAW_NODE = os.environ.get("CLAWLET_OPENCLAW_NODE", "").strip()  # fixture clears CLAWLET_*
+REAL_OPENCLAW_SKIP = (
+    "set CLAWLET_OPENCLAW_BIN and CLAWLET_OPENCLAW_NODE to chat with a real OpenClaw over the cluster API"
+    " (see docs/openclaw-interop.md)"
+    if not (REAL_OPENCLAW_BIN and REAL_OPENCLAW_NODE)
+    else OPENCLAW_E2E_SKIP
+)
+
+
+@pytest.mark.skipif(REAL_OPENCLAW_SKIP is not None, reason=REAL_OPENCLAW_SKIP or "")
+def test_an_openclaw_user_gets_the_real_openclaws_answer_over_the_api(tmp_path: Path) -> None:
+    """Opt-in (issue 15's acceptance): ``POST /api/chat`` for a user added with ``--runtime-type
+    openclaw`` and nothing else streams the real OpenClaw's answer; its model is the execution
+    plane's own, clawlet's scripted OpenAI-compatible server."""
+    reply = "Hello from the scripted model, through OpenClaw in cluster mode!"
+    cluster = LocalCluster(tmp_path / "cluster", ["dana"], free_port())
+    cli = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", str(cluster.cp_dir)]
+    added = subprocess.run([*cli, "add-user", "dana", "--runtime-type", "openclaw"], timeout=120, check=False)
+    assert added.returncode == 0
+    with ScriptedOpenAIServer(lambda _request: text_turn(reply, chunks=4)) as llm:
+        machine = {
+            "CLAWLET_OPENCLAW_NODE": REAL_OPENCLAW_NODE,
+            "CLAWLET_OPENCLAW_BIN": REAL_OPENCLAW_BIN,
+            "CLAWLET_PROVIDER": "openai",
+            "CLAWLET_LLM_MODEL": llm.model,
+            "CLAWLET_LLM_BASE_URL": llm.base_url,
+        }
+        try:
+            cluster.prepare_users()
+            cluster.start_control_plane()
+            cluster.start_exec_plane("dana", {**cluster.vm_credentials("dana"), **machine})
+            cluster.wait_connected(1)
+            response = httpx.post(
+                f"{cluster.base_url}/api/chat",
+                json={"message": "hello openclaw", "session_id": "real"},
+                headers=auth(cluster.tokens["dana"]),
+                timeout=600,  # a private OpenClaw gateway takes a while to start
+            )
+            assert response.status_code == 200, response.text
+            events = parse_sse(response.text)
+            done = next((data for name, data in events if name == "done"), None)
+            assert done is not None and reply in str(done["content"]), events
+            assert any(name == "token" for name, _ in events)
+            assert any(request.get("model") == llm.model for request in llm.requests)
+        finally:
+            cluster.stop()
 
 
 def test_cross_user_access_is_refused(cluster: LocalCluster) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -802,7 +804,7 @@ def store(database_url: str) -> Iterator[ControlPlaneStore]:
 def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: str) -> None:
     store = ControlPlaneStore.open(database_url)
     try:
-        assert current_revision(store.engine) == "0002"
+        assert current_revision(store.engine) == "0003"
         migrate_inbox(store.engine)
         ControlPlaneStore.open(database_url).close()  # migrating again is a no-op
         tables = set(sa.inspect(store.engine).get_table_names())
@@ -904,6 +906,130 @@ def test_store_records_sessions_and_packages(store: ControlPlaneStore) -> None:
     assert found is not None and (found.user_id, found.version) == (None, "2")
     assert store.find_skill_package(ALICE, "missing", "latest") is None
     assert store.list_skill_versions(ALICE, "k") == ["1", "2"]
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_runtime_and_model_settings_are_stored_and_resolved_session_agent_user_org(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Issue 15 §4: a user's and an organisation's runtime and model are stored; a session's model
+    comes from the first of session, agent, user, organisation that names one, else none (the
+    execution plane's own ``CLAWLET_LLM_*`` model)."""
+    plane = ControlPlane(
+        ControlPlaneConfig(data_dir=tmp_path / "cp", jwt_secret=SECRET, database_url=database_url)
+    )
+    try:
+        plane.create_user("carol", "Carol", {}, org_id="acme")
+        assert plane.resolve_session_runtime("carol", {}) == ("semigraph", {})  # the exec plane's model
+        plane.set_org_runtime_type("acme", "openclaw")
+        plane.set_org_model_settings("acme", {"model": "deepseek/deepseek-chat"})
+        assert plane.resolve_session_runtime("carol", {}) == ("openclaw", {"model": "deepseek/deepseek-chat"})
+        user_model = {"model": "openai/gpt-4o-mini", "base_url": "http://127.0.0.1:9/v1"}
+        carol = plane.update_user("carol", model_settings=user_model)
+        assert carol.model_settings == user_model and plane.get_user("carol") == carol
+        assert plane.resolve_session_runtime("carol", {}) == ("openclaw", user_model)
+        # the agent's settings travel together: its model comes without the user's base URL
+        agent = {"agent_config": {"runtime_type": "semigraph", "model": "claude-x", "provider": "anthropic"}}
+        assert plane.resolve_session_runtime("carol", agent) == (
+            "semigraph",
+            {"model": "claude-x", "provider": "anthropic"},
+        )
+        assert (
+            plane.resolve_session_runtime("carol", {"agent_config": {"system_prompt": "hi"}})[1] == user_model
+        )
+        session = {**agent, "runtime_type": "openclaw", "model_settings": {"model": "openai/o3"}}
+        assert plane.resolve_session_runtime("carol", session) == ("openclaw", {"model": "openai/o3"})
+        # cleared: the organisation's again, then nothing
+        plane.update_user("carol", model_settings={})
+        assert plane.get_user("carol").model_settings is None  # type: ignore[union-attr]
+        assert plane.resolve_session_runtime("carol", {})[1] == {"model": "deepseek/deepseek-chat"}
+        plane.set_org_model_settings("acme", None)
+        assert plane.resolve_session_runtime("carol", {}) == ("openclaw", {})
+        for bad in (
+            {"base_url": "http://x"},
+            {"model": "m", "base_url": "ftp://x"},
+            {"model": "m", "k": "v"},
+        ):
+            with pytest.raises(ValueError):
+                plane.update_user("carol", model_settings=bad)
+    finally:
+        plane.close()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_add_user_and_set_runtime_store_the_runtime_and_model(tmp_path: Path, database_url: str) -> None:
+    """``clawlet control-plane add-user --runtime-type --model`` and ``set-runtime``, as an admin runs
+    them (subprocesses on the database of ``CLAWLET_CP_DATABASE_URL``)."""
+    data = str(tmp_path / "cp")
+    env = {**os.environ, "CLAWLET_CP_DATABASE_URL": database_url, "CLAWLET_CP_JWT_SECRET": SECRET}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", data, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
+
+    added = cli("add-user", "dave", "--runtime-type", "openclaw", "--model", "openai/gpt-4o-mini")
+    assert added.returncode == 0 and added.stdout.startswith("clu_"), added.stderr
+    bad = cli("add-user", "erin", "--model", "gpt-4o", "--base-url", "not-a-url")
+    assert bad.returncode == 2 and "base_url" in bad.stderr
+    changed = cli(
+        "set-runtime", "dave", "--model", "anthropic/claude-x", "--base-url", "https://llm.example/v1"
+    )
+    assert changed.returncode == 0, changed.stderr
+    assert (
+        "runtime=openclaw" in changed.stdout
+        and "model=anthropic/claude-x at https://llm.example/v1" in changed.stdout
+    )
+    assert cli("set-runtime", "dave").returncode == 2  # nothing to change
+    assert cli("set-runtime", "nobody", "--runtime-type", "openclaw").returncode == 2
+    listed = cli("users")
+    assert listed.returncode == 0 and "erin" not in listed.stdout  # the refused add-user created nothing
+    plane = ControlPlane(
+        ControlPlaneConfig(data_dir=Path(data), jwt_secret=SECRET, database_url=database_url)
+    )
+    try:
+        dave = plane.get_user("dave")
+        assert dave is not None and dave.runtime_type == "openclaw"
+        assert dave.model_settings == {"model": "anthropic/claude-x", "base_url": "https://llm.example/v1"}
+    finally:
+        plane.close()
+    cleared = cli("set-runtime", "dave", "--runtime-type", "", "--model", "")
+    assert cleared.returncode == 0 and "runtime=-\tmodel=-" in cleared.stdout, cleared.stdout
+
+
+async def test_the_start_frame_carries_the_resolved_model_in_agent_config(cp: Harness) -> None:
+    """The model the control plane resolved reaches the execution plane in ``agent_config`` (beside
+    the agent's other settings); with none stored, ``agent_config`` is as the caller gave it and the
+    execution plane uses its own model."""
+    creds = cp.user("olive")
+    cp.plane.update_user("olive", runtime_type="openclaw")
+    plane = ExecPlane(cp.client(creds))
+    await plane.client.connect()
+    await cp.plane.start_session("olive", "o1", {})
+    await until(lambda: plane.started)
+    assert plane.started[0]["runtime_type"] == "openclaw" and "agent_config" not in plane.started[0]
+
+    cp.plane.update_user(
+        "olive", model_settings={"model": "openai/gpt-4o-mini", "base_url": "http://127.0.0.1:9/v1"}
+    )
+    await cp.plane.start_session(
+        "olive", "o2", {"agent_config": {"system_prompt": "Be brief.", "model": "x"}}
+    )
+    await until(lambda: len(plane.started) == 2)
+    # the agent's own model (x) wins over the user's; its other settings stay
+    assert plane.started[1]["agent_config"] == {"system_prompt": "Be brief.", "model": "x"}
+    await cp.plane.start_session("olive", "o3", {"agent_config": {"system_prompt": "Be brief."}})
+    await until(lambda: len(plane.started) == 3)
+    assert plane.started[2]["agent_config"] == {
+        "system_prompt": "Be brief.",
+        "model": "openai/gpt-4o-mini",
+        "base_url": "http://127.0.0.1:9/v1",
+    }
+    await cp.plane.start_session("olive", "o4", {"model_settings": {"model": "openai/o3"}})
+    await until(lambda: len(plane.started) == 4)
+    assert (
+        plane.started[3]["agent_config"] == {"model": "openai/o3"}
+        and "model_settings" not in plane.started[3]
+    )
 
 
 def test_user_ids_must_be_plain_names(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from clawlet import secret_env
 from clawlet.cli import main as cli_main
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneUnavailable
 from clawlet.cluster.events import EventSink, forward_event, to_exec_plane_event
-from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, session_settings
+from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
 from clawlet.cluster.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
 from clawlet.cluster.session_process import (
     ProcessOptions,
@@ -264,6 +264,46 @@ def test_session_settings_take_the_control_planes_keys_and_the_agents_model() ->
     assert (claude.resolved_provider, claude.anthropic_api_key) == ("anthropic", "sk-ant")
     demo = session_settings(Settings(provider="demo"), {"model": "gpt-4o"}, {"openai": "sk-1"})
     assert demo.resolved_provider == "demo"
+
+
+def test_session_settings_take_the_models_provider_prefix_and_base_url() -> None:
+    own = Settings(provider="openai", llm_model="local-model", llm_base_url="http://127.0.0.1:9/v1")
+    assert session_settings(own, {}, {}).llm_model == "local-model"  # no model given: the machine's own
+    claude = session_settings(own, {"model": "anthropic/claude-x"}, {"anthropic": "sk-ant"})
+    # another provider than the machine's: not the machine's endpoint
+    assert (claude.provider, claude.llm_model, claude.llm_base_url) == ("anthropic", "claude-x", None)
+    remote = session_settings(own, {"model": "openai/gpt-4o", "base_url": "http://127.0.0.1:8/v1"}, {})
+    assert (remote.provider, remote.llm_model, remote.llm_base_url) == (
+        "openai",
+        "gpt-4o",
+        "http://127.0.0.1:8/v1",
+    )
+    named = session_settings(
+        Settings(provider="auto"), {"model": "deepseek-chat", "provider": "deepseek"}, {}
+    )
+    assert (named.provider, named.llm_model) == ("deepseek", "deepseek-chat")
+    other = session_settings(Settings(provider="auto"), {"model": "meta/llama-3"}, {"openai": "sk-1"})
+    assert (other.provider, other.llm_model) == ("openai", "meta/llama-3")  # not a provider clawlet knows
+
+
+def test_an_openclaw_session_without_a_model_gets_the_machines_own() -> None:
+    own = Settings(provider="openai", llm_model="scripted-model", llm_base_url="http://127.0.0.1:9/v1")
+    assert openclaw_agent_config(own, {"system_prompt": "Be brief."}) == {
+        "system_prompt": "Be brief.",
+        "model": "scripted-model",
+        "provider": "openai",
+        "base_url": "http://127.0.0.1:9/v1",
+    }
+    given = {"model": "anthropic/claude-x", "system_prompt": "Be brief."}
+    assert openclaw_agent_config(own, given) == given  # the control plane's model wins
+    deepseek = openclaw_agent_config(Settings(provider="deepseek", deepseek_api_key="sk-d"), {})
+    assert deepseek == {
+        "model": "deepseek-chat",
+        "provider": "deepseek",
+        "base_url": "https://api.deepseek.com",
+    }
+    assert openclaw_agent_config(Settings(provider="demo"), {}) == {}  # OpenClaw cannot use the demo model
+    assert openclaw_agent_config(Settings(provider="openai"), {}) == {}  # no CLAWLET_LLM_MODEL
 
 
 # -- sessions -------------------------------------------------------------------------------------
@@ -969,6 +1009,30 @@ async def test_an_openclaw_session_without_node_24_or_openclaw_fails_naming_what
     finals = await wait_finals(plane, "no-cli", 2, timeout=30)
     assert finals[1] == missing
     assert exec_plane.session_pids() == {} and exec_plane.adapter("no-cli") is None
+
+
+@needs_bridge
+async def test_an_openclaw_session_with_no_model_anywhere_says_where_to_set_one(
+    plane: ScriptedControlPlane, make_plane: MakePlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No model from the control plane and only the demo model on this machine: a clear refusal
+    (before issue 15 the bridge said "agent_config.model is required"). Node and OpenClaw are fakes
+    that pass the probe; nothing is started."""
+    exec_plane = await make_plane()  # Settings(provider="demo")
+    package = tmp_path / "openclaw"
+    package.mkdir()
+    (package / "openclaw.mjs").write_text("", encoding="utf-8")
+    (package / "package.json").write_text(json.dumps({"version": "2026.9.6"}), encoding="utf-8")
+    monkeypatch.setenv("CLAWLET_OPENCLAW_NODE", fake_node(tmp_path / "node24", "v24.21.0"))
+    monkeypatch.setenv("CLAWLET_OPENCLAW_BIN", str(package))
+    await plane.start_session("no-model", runtime_type="openclaw", agent_config={"system_prompt": "hi"})
+    (error,) = await wait_finals(plane, "no-model", timeout=30)
+    assert error["type"] == "execution_error", error
+    assert "the openclaw runtime needs a model" in error["error"]
+    assert (
+        "set-runtime USER --model provider/model" in error["error"] and "CLAWLET_LLM_MODEL" in error["error"]
+    )
+    assert exec_plane.session_pids() == {} and not (exec_plane.sessions_dir / "no-model").exists()
 
 
 # -- the command ----------------------------------------------------------------------------------

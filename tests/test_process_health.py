@@ -8,12 +8,15 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import docx
 import httpx
 import pytest
 
+from clawlet.api import health
+from clawlet.cluster.openclaw_bridge import node_supported, probe_openclaw, version_tuple
 from clawlet.config import Settings
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests.conftest import LiveServer, free_port
@@ -241,6 +244,72 @@ def test_health_in_demo_mode(server: LiveServer, settings: Settings) -> None:
     assert body["checks"]["inbox"]["status"] == "healthy"
     assert body["checks"]["inbox"]["details"] == {"backend": "local", "tasks": 0}
     assert not list(settings.paths.root.glob(".health-*"))  # the probe file is removed
+
+
+def fake_openclaw_install(root: Path, node_version: str) -> Path:
+    """A directory for ``PATH`` with a ``node`` that is ``node_version`` and an ``openclaw`` CLI
+    (the symlink npm makes to a package's ``openclaw.mjs``), plus a bridge with its dependencies."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True)
+    node = bin_dir / "node"
+    node.write_text(f"#!/bin/sh\necho {node_version}\n", encoding="utf-8")
+    package = root / "openclaw"
+    package.mkdir()
+    entry = package / "openclaw.mjs"
+    entry.write_text("#!/bin/sh\necho 2026.9.6\n", encoding="utf-8")
+    (package / "package.json").write_text(json.dumps({"name": "openclaw", "version": "2026.9.6"}))
+    for path in (node, entry):
+        path.chmod(0o755)
+    (bin_dir / "openclaw").symlink_to(entry)
+    bridge = root / "bridge"
+    (bridge / "src").mkdir(parents=True)
+    (bridge / "src" / "main.mjs").write_text("", encoding="utf-8")
+    (bridge / "node_modules" / "ws").mkdir(parents=True)
+    (bridge / "node_modules" / "ws" / "package.json").write_text("{}", encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("version", "available"),
+    [
+        ("v24.15.0", False),
+        ("v24.16.0", True),
+        ("v24.21.0", True),
+        ("v25.2.1", False),  # before issue 15 /health said yes while the bridge refused it
+        ("v26.0.0", False),
+        ("v26.1.0", True),
+    ],
+)
+def test_the_openclaw_check_is_the_bridges_own_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, available: bool
+) -> None:
+    """One rule (OpenClaw's ``engines.node``: >=24.16.0 <25 || >=26.1.0) for ``/health`` and for
+    the bridge's check before an ``openclaw`` session starts."""
+    root = fake_openclaw_install(tmp_path, version)
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("CLAWLET_OPENCLAW_BRIDGE", str(root / "bridge"))
+    monkeypatch.setattr(health, "_runtime_cache", [])
+    check = health.probe_openclaw_runtime()
+    assert check["status"] == ("healthy" if available else "unavailable"), check
+    assert probe_openclaw().available is available  # what the bridge's preflight decides
+    assert node_supported(version_tuple(version)) is available
+    assert check["details"]["node_version"] == version
+    if not available:
+        assert f"Node.js {version} is outside OpenClaw's range >=24.16.0 <25 || >=26.1.0" in check["message"]
+        assert str(root) not in check["message"]  # paths only in the details (hidden without the token)
+
+
+def test_health_says_openclaw_is_unavailable_on_a_node_the_bridge_refuses(
+    live_server: Callable[..., LiveServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = fake_openclaw_install(tmp_path / "openclaw-install", "v25.2.1")
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("CLAWLET_OPENCLAW_BRIDGE", str(root / "bridge"))
+    monkeypatch.setattr(health, "_runtime_cache", [])
+    body = get_health(live_server()).json()
+    runtime = body["checks"]["openclaw_runtime"]
+    assert body["openclaw_available"] is False and runtime["status"] == "unavailable", runtime
+    assert runtime["details"]["node_required"] == ">=24.16.0 <25 || >=26.1.0"
 
 
 def test_health_reports_mcp_config(server: LiveServer, settings: Settings) -> None:

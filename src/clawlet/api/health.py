@@ -13,8 +13,11 @@
   parses, ``degraded`` when it does not;
 * ``inbox``: the task inbox's database answers; with the ``gateway`` backend, whether the OpenClaw
   gateway is connected (not yet connected is fine; a failed connection makes it ``degraded``);
-* ``openclaw_runtime``: whether Node.js ≥ 24.16 and the ``openclaw`` CLI are installed. It is
-  optional: ``unavailable`` is reported but does not change the overall status;
+* ``openclaw_runtime``: whether the ``openclaw`` runtime of cluster mode can run here — the
+  bridge's own probe (:func:`~clawlet.cluster.openclaw_bridge.probe_openclaw`: Node.js in OpenClaw's
+  range ``>=24.16.0 <25 || >=26.1.0``, the ``openclaw`` CLI, the bridge; ``CLAWLET_OPENCLAW_NODE``,
+  ``CLAWLET_OPENCLAW_BIN``). It is optional: ``unavailable`` is reported but does not change the
+  overall status;
 * ``sandbox``: whether terminal, python_repl and MCP servers run in bubblewrap (also the top-level
   ``sandbox``: ``bubblewrap`` or ``none (<reason>)``): ``unavailable`` without it, ``not_configured``
   with ``CLAWLET_SANDBOX=off``, ``degraded`` when it is required and missing (those tools refuse).
@@ -29,9 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -45,6 +45,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
 from clawlet import __version__
+from clawlet.cluster.openclaw_bridge import NODE_RANGE, OpenClawProbe, probe_openclaw
 from clawlet.config import Settings
 from clawlet.inbox.backends import GatewayBackend
 from clawlet.inbox.service import InboxService
@@ -59,7 +60,6 @@ CheckStatus = Literal["healthy", "degraded", "unhealthy", "not_configured", "una
 LLM_PROBE_TIMEOUT = 2.0
 LLM_PROBE_TTL = 10.0  # seconds a probe result is reused (health checks are polled)
 RUNTIME_PROBE_TTL = 300.0
-OPENCLAW_MIN_NODE = (24, 16)
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 #: Details that may name local paths or internal hosts: hidden from unauthenticated callers.
 SENSITIVE_DETAILS = ("path", "base_url", "config_path", "node_path", "openclaw_path", "gateway_url")
@@ -221,59 +221,32 @@ def check_mcp(root: Path) -> dict[str, Any]:
 # -- openclaw runtime ----------------------------------------------------------------------------
 
 
-def _version_tuple(text: str) -> tuple[int, ...] | None:
-    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    return tuple(int(part) for part in found.groups() if part is not None) if found else None
-
-
-def _run_version(executable: str) -> str | None:
-    try:
-        done = subprocess.run(
-            [executable, "--version"], capture_output=True, text=True, timeout=3, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    output = (done.stdout or done.stderr).strip()
-    return output.splitlines()[0] if done.returncode == 0 and output else None
+def openclaw_runtime_check(probe: OpenClawProbe) -> dict[str, Any]:
+    """The ``openclaw_runtime`` check of what :func:`~clawlet.cluster.openclaw_bridge.probe_openclaw`
+    found: the same probe (and the same Node.js range) the bridge runs before a session starts."""
+    details = {
+        "optional": True,
+        "node_path": str(probe.node) if probe.node else None,
+        "node_version": probe.node_version,
+        "node_required": NODE_RANGE,
+        "openclaw_path": str(probe.openclaw_entry) if probe.openclaw_entry else None,
+        "openclaw_version": probe.openclaw_version,
+    }
+    if probe.available:
+        return _check("healthy", f"the OpenClaw runtime is available: {probe.summary}", **details)
+    return _check(
+        "unavailable",
+        f"optional OpenClaw runtime unavailable (the built-in engine is used): {probe.summary}",
+        **details,
+    )
 
 
 def probe_openclaw_runtime() -> dict[str, Any]:
-    """Node.js and the openclaw CLI on ``PATH`` (cached: they rarely change while serving)."""
+    """The ``openclaw_runtime`` check (cached: Node.js and OpenClaw rarely change while serving)."""
     with _cache_lock:
         if _runtime_cache and time.monotonic() - _runtime_cache[0][0] < RUNTIME_PROBE_TTL:
             return _runtime_cache[0][1]
-    required = ".".join(map(str, OPENCLAW_MIN_NODE))
-    node = shutil.which("node")
-    node_version = _run_version(node) if node else None
-    parsed = _version_tuple(node_version or "")
-    node_ok = parsed is not None and parsed[:2] >= OPENCLAW_MIN_NODE
-    openclaw = shutil.which("openclaw")
-    openclaw_version = _run_version(openclaw) if openclaw else None
-    details = {
-        "optional": True,
-        "node_path": node,
-        "node_version": node_version,
-        "node_required": f">={required}",
-        "openclaw_path": openclaw,
-        "openclaw_version": openclaw_version,
-    }
-    if node_ok and openclaw_version:
-        result = _check("healthy", "Node.js and the openclaw CLI are available", **details)
-    else:
-        missing = []
-        if not node:
-            missing.append("Node.js is not installed")
-        elif not node_ok:
-            missing.append(f"Node.js {node_version or '?'} is older than {required}")
-        if not openclaw:
-            missing.append("the openclaw npm package is not installed")
-        elif not openclaw_version:
-            missing.append("openclaw --version failed")
-        result = _check(
-            "unavailable",
-            "optional OpenClaw runtime unavailable (the built-in engine is used): " + "; ".join(missing),
-            **details,
-        )
+    result = openclaw_runtime_check(probe_openclaw())
     with _cache_lock:
         _runtime_cache[:] = [(time.monotonic(), result)]
     return result

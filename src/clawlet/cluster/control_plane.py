@@ -220,6 +220,45 @@ def resolve_runtime_type(*, session: Any = None, agent: Any = None, user: Any = 
     return DEFAULT_RUNTIME_TYPE
 
 
+MODEL_KEYS: Final = ("model", "provider", "base_url")
+"""The model settings of a session, agent, user or organisation (``model``: ``name`` or
+``provider/name``; ``provider`` and ``base_url`` optional). They travel together: the level that
+names a model gives all three."""
+
+
+def resolve_model_settings(
+    *, session: Any = None, agent: Any = None, user: Any = None, org: Any = None
+) -> dict[str, str]:
+    """The model settings of the first level (session, agent, user, organisation, as
+    :func:`resolve_runtime_type`) that names a ``model``; ``{}`` when none does: the execution plane
+    then uses its own model (its ``CLAWLET_LLM_*`` settings)."""
+    for value in (session, agent, user, org):
+        if isinstance(value, Mapping) and isinstance(value.get("model"), str) and value["model"].strip():
+            return {
+                key: value[key].strip()
+                for key in MODEL_KEYS
+                if isinstance(value.get(key), str) and value[key].strip()
+            }
+    return {}
+
+
+def check_model_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """``settings`` as stored model settings (blank values dropped); ``ValueError`` for an unknown
+    key, a non-string value, settings without a ``model`` or a ``base_url`` that is not http(s)."""
+    unknown = sorted(set(settings) - set(MODEL_KEYS))
+    if unknown:
+        raise ValueError(f"unknown model settings {unknown} (known: {', '.join(MODEL_KEYS)})")
+    if any(value is not None and not isinstance(value, str) for value in settings.values()):
+        raise ValueError("model settings are strings")
+    checked = {k: v.strip() for k, v in settings.items() if isinstance(v, str) and v.strip()}
+    if checked and "model" not in checked:
+        raise ValueError("model settings need a model (a provider or base URL alone names no model)")
+    base_url = checked.get("base_url")
+    if base_url is not None and urlsplit(base_url).scheme not in ("http", "https"):
+        raise ValueError(f"base_url must be an http:// or https:// URL (got {base_url!r})")
+    return checked
+
+
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -499,12 +538,20 @@ class ControlPlane:
         org_id: str | None = None,
         disabled: bool | None = None,
         runtime_type: str | None = None,
+        model_settings: Mapping[str, str] | None = None,
     ) -> UserRecord:
         """Change a user; new API keys and ``disabled`` take effect at the execution plane's next
         (re)connect (:meth:`disconnect_exec_plane` forces one). ``runtime_type=""`` clears the
-        user's default runtime."""
+        user's default runtime, ``model_settings={}`` their default model (:data:`MODEL_KEYS`);
+        both apply from the next session start."""
         return self.store.update_user(
-            user_id, name=name, api_keys=api_keys, org_id=org_id, disabled=disabled, runtime_type=runtime_type
+            user_id,
+            name=name,
+            api_keys=api_keys,
+            org_id=org_id,
+            disabled=disabled,
+            runtime_type=runtime_type,
+            model_settings=None if model_settings is None else check_model_settings(model_settings),
         )
 
     def get_user(self, user_id: str) -> UserRecord | None:
@@ -529,17 +576,38 @@ class ControlPlane:
         """The organisation's default runtime type (``None`` clears it)."""
         self.store.set_org_runtime_type(org_id, runtime_type or None)
 
+    def set_org_model_settings(self, org_id: str, model_settings: Mapping[str, str] | None) -> None:
+        """The organisation's default model (:data:`MODEL_KEYS`; ``None`` or ``{}`` clears it)."""
+        self.store.set_org_model_settings(org_id, check_model_settings(model_settings or {}))
+
     def resolve_runtime_type(self, user_id: str, config: Mapping[str, Any]) -> str:
         """The runtime of a session started with ``config`` (see :func:`resolve_runtime_type`)."""
+        return self.resolve_session_runtime(user_id, config)[0]
+
+    def resolve_session_runtime(self, user_id: str, config: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+        """The runtime type and the model settings of a session started with ``config``: the
+        session's (``runtime_type``, ``model_settings``), else the agent's (in ``agent_config``),
+        else the user's, else the organisation's (:func:`resolve_runtime_type`,
+        :func:`resolve_model_settings`)."""
         user = self.store.get_user(user_id)
-        org = self.store.org_runtime_type(user.org_id) if user is not None and user.org_id else None
-        agent = config.get("agent_config")
-        return resolve_runtime_type(
-            session=config.get("runtime_type"),
-            agent=agent.get("runtime_type") if isinstance(agent, Mapping) else None,
-            user=user.runtime_type if user is not None else None,
-            org=org,
+        org_runtime, org_model = (
+            self.store.org_defaults(user.org_id) if user is not None and user.org_id else (None, None)
         )
+        agent = config.get("agent_config")
+        agent = agent if isinstance(agent, Mapping) else {}
+        runtime_type = resolve_runtime_type(
+            session=config.get("runtime_type"),
+            agent=agent.get("runtime_type"),
+            user=user.runtime_type if user is not None else None,
+            org=org_runtime,
+        )
+        model = resolve_model_settings(
+            session=config.get("model_settings"),
+            agent=agent,
+            user=user.model_settings if user is not None else None,
+            org=org_model,
+        )
+        return runtime_type, model
 
     def issue_vm_credentials(self, user_id: str, vm_id: str | None = None) -> VmCredentials:
         """A ticket (single use, ``ticket_ttl`` seconds), a VM token and the WebSocket URL for a new
@@ -649,8 +717,13 @@ class ControlPlane:
         if state is None:
             state = self._new_state(session_id, user_id, "running")
         state.status = "running"
-        runtime_type = await asyncio.to_thread(self.resolve_runtime_type, user_id, config)
+        runtime_type, model = await asyncio.to_thread(self.resolve_session_runtime, user_id, config)
         data = {**dict(config), "session_id": session_id, "runtime_type": runtime_type}
+        data.pop("model_settings", None)
+        if model:  # the resolved model replaces the agent's own model settings
+            agent = data.get("agent_config")
+            agent = agent if isinstance(agent, Mapping) else {}
+            data["agent_config"] = {**{k: v for k, v in agent.items() if k not in MODEL_KEYS}, **model}
         if "mcp_servers" not in data:  # the user's remote MCP servers, by name (called via mcp_call)
             data["mcp_servers"] = sorted(await asyncio.to_thread(self.mcp.servers, user_id))
         if "skill_index" not in data:  # the registry's skills the user sees (fetched lazily)

@@ -3,7 +3,12 @@
 =====================================================  ==============================================
 ``clawlet control-plane serve``                        the control plane: ``/ws/vm`` for execution
                                                        planes, every user's HTTP API and the UIs
-``clawlet control-plane add-user ID``                  a user, and their first API token (printed)
+``clawlet control-plane add-user ID``                  a user, and their first API token (printed);
+                                                       ``--runtime-type``, ``--model``, ``--base-url``:
+                                                       their default runtime and model
+``clawlet control-plane set-runtime ID``               change the user's default runtime
+                                                       (``--runtime-type``) and model (``--model``,
+                                                       ``--base-url``); ``""`` clears one
 ``clawlet control-plane token ID``                     another API token for the user
 ``clawlet control-plane vm-credentials ID``            ``USER_ID``/``VM_TOKEN``/``VM_TICKET``/
                                                        ``CONTROL_PLANE_WS`` for ``clawlet exec-plane``
@@ -38,6 +43,7 @@ from clawlet.storage import atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` stays quick
     from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig
+    from clawlet.cluster.cp_db import UserRecord
 
 DEFAULT_PORT: Final = 8100
 ENV_JWT_SECRET: Final = "CLAWLET_CP_JWT_SECRET"  # noqa: S105 (a variable name)
@@ -108,6 +114,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_user.add_argument("--name", default="")
     add_user.add_argument("--org", default=None, help="organisation id")
     add_user.add_argument("--runtime-type", default=None, help="the user's default runtime (e.g. openclaw)")
+    _model_arguments(add_user)
     add_user.add_argument(
         "--api-key",
         action="append",
@@ -115,6 +122,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="PROVIDER=KEY",
         help="an LLM API key sent to the user's execution plane in init (repeatable)",
     )
+    runtime = actions.add_parser(
+        "set-runtime", help="change a user's default runtime and model (for the sessions they start next)"
+    )
+    runtime.add_argument("user_id")
+    runtime.add_argument(
+        "--runtime-type", default=None, help='the default runtime (e.g. openclaw; "" clears)'
+    )
+    _model_arguments(runtime)
     token = actions.add_parser("token", help="print a new API token for a user")
     token.add_argument("user_id")
     token.add_argument("--label", default="")
@@ -138,6 +153,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     mcp.add_argument("user_id")
     mcp.add_argument("file")
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default=None,
+        help='the default model, as provider/model (e.g. openai/gpt-4o-mini; "" clears; default: the'
+        " execution plane's own CLAWLET_LLM_MODEL)",
+    )
+    parser.add_argument(
+        "--base-url", default=None, help="the model's OpenAI-compatible endpoint (with --model)"
+    )
+
+
+def model_settings_argument(args: argparse.Namespace) -> dict[str, str] | None:
+    """The model settings ``--model``/``--base-url`` ask for (``{}``: clear; ``None``: unchanged)."""
+    if args.model is None:
+        if args.base_url is not None:
+            raise ValueError("--base-url goes with --model")
+        return None
+    from clawlet.cluster.control_plane import check_model_settings
+
+    return check_model_settings({"model": args.model, "base_url": args.base_url or ""})
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -168,10 +206,18 @@ def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
             if not sep or not provider.strip() or not key.strip():
                 raise ValueError(f"--api-key wants PROVIDER=KEY (got {item!r})")
             keys[provider.strip()] = key.strip()
+        model = model_settings_argument(args)  # checked before the user is created
         plane.create_user(args.user_id, args.name, keys, org_id=args.org)
-        if args.runtime_type:
-            plane.update_user(args.user_id, runtime_type=args.runtime_type)
+        if args.runtime_type or model:
+            plane.update_user(args.user_id, runtime_type=args.runtime_type or None, model_settings=model)
         print(plane.issue_user_token(args.user_id, "add-user"))
+        return 0
+    if args.action == "set-runtime":
+        model = model_settings_argument(args)
+        if args.runtime_type is None and model is None:
+            raise ValueError("set-runtime needs --runtime-type and/or --model")
+        user = plane.update_user(args.user_id, runtime_type=args.runtime_type, model_settings=model)
+        print(f"{user.id}\t{_runtime_summary(user)}")
         return 0
     if args.action == "token":
         if plane.get_user(args.user_id) is None:
@@ -204,8 +250,14 @@ def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
         vms = plane.store.list_vms(user.id)
         online = any(vm.connected for vm in vms)
         state = "disabled" if user.disabled else ("online" if online else "offline")
-        print(f"{user.id}\t{user.name}\t{state}\truntime={user.runtime_type or '-'}")
+        print(f"{user.id}\t{user.name}\t{state}\t{_runtime_summary(user)}")
     return 0
+
+
+def _runtime_summary(user: UserRecord) -> str:
+    model = user.model_settings or {}
+    shown = model.get("model", "-") + (f" at {model['base_url']}" if "base_url" in model else "")
+    return f"runtime={user.runtime_type or '-'}\tmodel={shown}"
 
 
 def package_files(directory: Path) -> list[dict[str, str]]:

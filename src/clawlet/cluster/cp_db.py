@@ -10,9 +10,10 @@ Tables (times are epoch milliseconds unless said otherwise):
 
 * ``users`` — ``id``, ``name``, ``org_id``, ``api_keys`` (JSON ``{provider: key}``; the execution
   plane gets them in ``init`` and keeps them in memory only), ``disabled``, ``created_at``,
-  ``runtime_type`` (the user's default runtime).
+  ``runtime_type`` (the user's default runtime), ``model_settings`` (JSON ``{model, provider,
+  base_url}``: the user's default model, for any runtime).
 * ``user_tokens`` — the bearer tokens of the HTTP API by SHA-256 ``digest`` → ``user_id``.
-* ``orgs`` — ``id`` → ``runtime_type``, the organisation's default runtime.
+* ``orgs`` — ``id`` → ``runtime_type`` and ``model_settings``, the organisation's defaults.
 * ``vms`` — one row per execution plane: ``id``, ``user_id``, ``connected``, ``last_seen``.
 * ``sessions`` — which user owns which session (``id``, ``user_id``, ``status``), so the isolation
   of sessions survives a restart of the control plane.
@@ -63,6 +64,7 @@ users = sa.Table(
     sa.Column("disabled", sa.Integer, nullable=False, server_default="0"),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("runtime_type", sa.Text, nullable=True),
+    sa.Column("model_settings", sa.JSON, nullable=True),
 )
 
 user_tokens = sa.Table(
@@ -79,6 +81,7 @@ orgs = sa.Table(
     metadata,
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column("runtime_type", sa.Text, nullable=True),
+    sa.Column("model_settings", sa.JSON, nullable=True),
 )
 
 vms = sa.Table(
@@ -273,6 +276,8 @@ class UserRecord:
     created_at: int
     runtime_type: str | None = None
     """The user's default runtime type (below a session's and an agent's, above the organisation's)."""
+    model_settings: dict[str, str] | None = None
+    """The user's default model (``{model, provider, base_url}``; same precedence as the runtime)."""
 
 
 @dataclass(frozen=True)
@@ -328,7 +333,15 @@ def _user(row: sa.Row[Any]) -> UserRecord:
         disabled=bool(row.disabled),
         created_at=int(row.created_at),
         runtime_type=row.runtime_type,
+        model_settings=_model_settings(row.model_settings),
     )
+
+
+def _model_settings(value: Any) -> dict[str, str] | None:
+    """A stored ``model_settings`` (``None``: none, or not an object)."""
+    if not isinstance(value, dict):
+        return None
+    return {str(k): str(v) for k, v in value.items() if isinstance(v, str) and v} or None
 
 
 def _vm(row: sa.Row[Any]) -> VmRecord:
@@ -401,11 +414,15 @@ class ControlPlaneStore:
         org_id: str | None = None,
         disabled: bool | None = None,
         runtime_type: str | None = None,
+        model_settings: Mapping[str, str] | None = None,
     ) -> UserRecord:
-        """Change the given fields (``runtime_type=""`` clears the user's default)."""
+        """Change the given fields (``runtime_type=""`` and ``model_settings={}`` clear the user's
+        defaults)."""
         changes: dict[str, Any] = {}
         if runtime_type is not None:
             changes["runtime_type"] = runtime_type or None
+        if model_settings is not None:
+            changes["model_settings"] = _model_settings(dict(model_settings))
         if name is not None:
             changes["name"] = name
         if api_keys is not None:
@@ -452,17 +469,30 @@ class ControlPlaneStore:
     # organisations
 
     def set_org_runtime_type(self, org_id: str, runtime_type: str | None) -> None:
+        self._set_org(org_id, runtime_type=runtime_type)
+
+    def set_org_model_settings(self, org_id: str, model_settings: Mapping[str, str] | None) -> None:
+        """The organisation's default model (``None`` or ``{}`` clears it)."""
+        self._set_org(org_id, model_settings=_model_settings(dict(model_settings or {})))
+
+    def _set_org(self, org_id: str, **values: Any) -> None:
         with self.engine.begin() as db:
-            updated = db.execute(
-                sa.update(orgs).where(orgs.c.id == org_id).values(runtime_type=runtime_type)
-            ).rowcount
+            updated = db.execute(sa.update(orgs).where(orgs.c.id == org_id).values(**values)).rowcount
             if not updated:
-                db.execute(orgs.insert().values(id=org_id, runtime_type=runtime_type))
+                db.execute(orgs.insert().values(id=org_id, **values))
 
     def org_runtime_type(self, org_id: str) -> str | None:
+        return self.org_defaults(org_id)[0]
+
+    def org_defaults(self, org_id: str) -> tuple[str | None, dict[str, str] | None]:
+        """The organisation's default runtime type and model settings."""
+        query = sa.select(orgs.c.runtime_type, orgs.c.model_settings).where(orgs.c.id == org_id)
         with self.engine.connect() as db:
-            value = db.execute(sa.select(orgs.c.runtime_type).where(orgs.c.id == org_id)).scalar()
-        return value if isinstance(value, str) and value else None
+            row = db.execute(query).first()
+        if row is None:
+            return None, None
+        runtime = row.runtime_type if isinstance(row.runtime_type, str) and row.runtime_type else None
+        return runtime, _model_settings(row.model_settings)
 
     # execution planes
 

@@ -52,7 +52,8 @@ The bridge is configured by this machine: the bridge in ``bridge/`` of this sour
 :meth:`~clawlet.cluster.openclaw_bridge.OpenClawBridgeAdapter.preflight` checks them (``node
 --version``, as :func:`~clawlet.cluster.openclaw_bridge.openclaw_available` does). From
 ``start_session`` the bridge gets ``agent_config`` (``model``, ``provider``, ``base_url``,
-``system_prompt``), the skill index entries whose requirements this machine meets, and
+``system_prompt``; without a ``model`` from the control plane, this machine's own ``CLAWLET_LLM_*``
+model: :func:`openclaw_agent_config`), the skill index entries whose requirements this machine meets, and
 ``openclaw_config`` except the keys that name this machine's programs and directories
 (``openclaw_bin``, ``node``, ``state_dir``, ``skills_cache_dir``; ignored with a warning).
 ``openclaw_config.gateway_url`` + ``gateway_token`` make the bridge use an existing gateway instead
@@ -99,7 +100,12 @@ from typing import Any, Final, cast
 
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
 from clawlet.cluster.events import execution_error, forward_event
-from clawlet.cluster.openclaw_bridge import BridgeOptions, BridgeSpec, OpenClawBridgeAdapter
+from clawlet.cluster.openclaw_bridge import (
+    BridgeOptions,
+    BridgeSpec,
+    OpenClawBridgeAdapter,
+    OpenClawBridgeError,
+)
 from clawlet.cluster.protocol import (
     FF_AUDIT_LOG,
     FF_SNAPSHOT_SYNC,
@@ -126,7 +132,7 @@ from clawlet.config import Settings
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import TERMINAL_EVENTS, RunCancelled, RunFailed, RunFinished, TextDelta
 from clawlet.home import init_home
-from clawlet.llm.providers import describe_model
+from clawlet.llm.providers import ProviderConfigError, describe_model
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
 from clawlet.sessions.store import InvalidSessionId, validate_session_id
 
@@ -154,6 +160,8 @@ API_KEY_FIELDS: Final[Mapping[str, str]] = {
     "deepseek": "deepseek_api_key",
 }
 """``init.api_keys`` provider names → the settings field each key goes to."""
+ENGINE_PROVIDERS: Final = frozenset(API_KEY_FIELDS)
+"""The providers clawlet's engine talks to (a model's ``provider/`` prefix naming one picks it)."""
 
 
 @dataclass(frozen=True)
@@ -214,11 +222,14 @@ class _Session:
 def session_settings(
     base: Settings, agent_config: Mapping[str, Any], api_keys: Mapping[str, str]
 ) -> Settings:
-    """``base`` with the control plane's API keys and the agent's ``model`` and ``temperature``.
+    """``base`` with the control plane's API keys and the agent's ``model``, ``provider``,
+    ``base_url`` and ``temperature``.
 
-    With ``provider=auto`` the model name picks the provider (``claude…`` → anthropic,
-    ``deepseek…`` → deepseek, anything else → an OpenAI-compatible endpoint when an OpenAI key or base
-    URL is there); with ``provider=demo`` the agent's model is ignored."""
+    The model may name its provider (``openai/gpt-4o``, ``anthropic/…``, ``deepseek/…``; so may
+    ``provider``): that provider is used. Otherwise, with ``provider=auto``, the model name picks it
+    (``claude…`` → anthropic, ``deepseek…`` → deepseek, anything else → an OpenAI-compatible
+    endpoint when an OpenAI key or base URL is there); with ``provider=demo`` the agent's model is
+    ignored. Without a model, ``base``'s own (``CLAWLET_LLM_*``) is used."""
     update: dict[str, Any] = {}
     for provider, key in api_keys.items():
         field_name = API_KEY_FIELDS.get(provider.lower())
@@ -232,8 +243,19 @@ def session_settings(
     model = agent_config.get("model")
     if isinstance(model, str) and model.strip() and base.provider != "demo":
         model = model.strip()
+        provider = str(agent_config.get("provider") or "").strip().lower()
+        prefix, slash, rest = model.partition("/")
+        if slash and rest and prefix.lower() in ENGINE_PROVIDERS and provider in ("", prefix.lower()):
+            provider, model = prefix.lower(), rest
+        base_url = agent_config.get("base_url")
+        if isinstance(base_url, str) and base_url.strip():
+            update["llm_base_url"] = base_url.strip()
+        elif provider in ENGINE_PROVIDERS and provider != base.resolved_provider:
+            update["llm_base_url"] = None  # this machine's endpoint is for its own provider
         update["llm_model"] = model
-        if base.provider == "auto":
+        if provider in ENGINE_PROVIDERS:
+            update["provider"] = provider
+        elif base.provider == "auto":
             lowered = model.lower()
             if lowered.startswith("claude"):
                 update["provider"] = "anthropic"
@@ -241,6 +263,7 @@ def session_settings(
                 update["provider"] = "deepseek"
             elif (
                 update.get("openai_api_key")
+                or update.get("llm_base_url")
                 or base.openai_api_key
                 or base.llm_base_url
                 or base.openai_base_url
@@ -262,6 +285,30 @@ def bridge_api_keys(settings: Settings, init_keys: Mapping[str, str]) -> dict[st
         if isinstance(provider, str) and isinstance(value, str) and value:
             keys[provider.lower()] = value
     return keys
+
+
+def openclaw_agent_config(settings: Settings, agent_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``agent_config`` an ``openclaw`` session's bridge gets: as the control plane sent it when
+    it names a model; else with this machine's own model (``settings``: ``CLAWLET_LLM_MODEL``,
+    ``CLAWLET_PROVIDER``, ``CLAWLET_LLM_BASE_URL``/``OPENAI_BASE_URL``) as ``model``, ``provider``
+    and ``base_url``. Unchanged when this machine has no model either (the offline demo model,
+    which OpenClaw cannot use)."""
+    config = dict(agent_config)
+    model = config.get("model")
+    if (isinstance(model, str) and model.strip()) or settings.resolved_provider == "demo":
+        return config
+    try:
+        info = describe_model(settings)
+    except ProviderConfigError:
+        return config
+    config.update(model=info.name, provider=info.provider)
+    base_url = settings.llm_base_url or {
+        "openai": settings.openai_base_url,
+        "deepseek": settings.deepseek_base_url,
+    }.get(info.provider)
+    if base_url:
+        config["base_url"] = base_url
+    return config
 
 
 def session_prompt(agent_config: Mapping[str, Any], skills_block: str) -> str:
@@ -384,7 +431,7 @@ class ExecPlane:
         Raises :class:`~clawlet.cluster.openclaw_bridge.OpenClawUnavailable` (naming what is missing)
         when the bridge could not start here; nothing has been started or created then."""
         data = spec.data
-        agent_config = data.get("agent_config") or {}
+        agent_config = openclaw_agent_config(spec.settings, data.get("agent_config") or {})
         requested = data.get("openclaw_config") or {}
         if not isinstance(requested, Mapping):
             raise ValueError("openclaw_config must be an object")
@@ -412,6 +459,13 @@ class ExecPlane:
             self.openclaw_options,
         )
         await asyncio.to_thread(adapter.preflight)
+        if not agent_config.get("model") and not openclaw_config.get("gateway_url"):
+            raise OpenClawBridgeError(
+                "the openclaw runtime needs a model: the control plane gave none (`clawlet control-plane"
+                " set-runtime USER --model provider/model`) and this machine's own is the offline demo"
+                " model (set CLAWLET_LLM_MODEL, with CLAWLET_PROVIDER or CLAWLET_LLM_BASE_URL)."
+                " The session was not started."
+            )
         return adapter
 
     def _refusal(self, requested: str, runtime_type: str) -> str | None:
@@ -533,8 +587,9 @@ class ExecPlane:
         settings = session_settings(self.settings, agent_config, self.client.api_keys)
         if session.runtime_type == DEFAULT_RUNTIME_TYPE:
             session.model = describe_model(settings).name  # ProviderConfigError for an incomplete provider
-        else:  # the runtime picks its model itself (OpenClaw: from agent_config)
-            session.model = str(agent_config.get("model") or session.runtime_type)
+        else:  # the runtime picks its model itself (OpenClaw: from agent_config, else this machine's)
+            own = openclaw_agent_config(settings, agent_config)
+            session.model = str(own.get("model") or session.runtime_type)
         index = parse_skill_index(data.get("skill_index"))
         usable = tuple(entry for entry in index.entries if check_requirements(entry)[0])
         block = available_skills_block(usable, self.skills_dir, read_tool=LOAD_SKILL_TOOL)

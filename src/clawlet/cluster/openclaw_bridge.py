@@ -95,6 +95,8 @@ ENV_BRIDGE: Final = "CLAWLET_OPENCLAW_BRIDGE"
 """The bridge directory (default: ``bridge/`` of the source tree this module is in)."""
 MIN_NODE: Final = (24, 16, 0)
 """OpenClaw 2026.9.x declares ``engines.node: ">=24.16.0 <25 || >=26.1.0"``."""
+NODE_RANGE: Final = ">=24.16.0 <25 || >=26.1.0"
+"""That range as text (:func:`node_supported` checks it; ``bridge/src/openclaw-gateway.mjs`` too)."""
 PLACEHOLDER_VERSION: Final = "0.0.1"
 """What ``npm install openclaw`` installs on a Node too old for the real package."""
 BRIDGE_MAIN: Final = Path("src") / "main.mjs"
@@ -142,7 +144,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 def node_supported(version: tuple[int, ...]) -> bool:
-    """OpenClaw's ``engines`` range: ``>=24.16.0 <25 || >=26.1.0``."""
+    """OpenClaw's ``engines`` range (:data:`NODE_RANGE`): the one rule for the bridge and ``/health``."""
     if not version:
         return False
     return MIN_NODE <= version < (25,) or version >= (26, 1, 0)
@@ -186,10 +188,12 @@ def _find_executable(raw: str | None, fallback: str) -> Path | None:
 
 @dataclass(frozen=True)
 class OpenClawProbe:
-    """What :func:`probe_openclaw` found (also what ``/health`` can show)."""
+    """What :func:`probe_openclaw` found (``/health`` shows it: :mod:`clawlet.api.health`)."""
 
     available: bool
     reason: str
+    summary: str = ""
+    """``reason`` without paths (what ``/health`` says to callers without the token)."""
     node: Path | None = None
     node_version: str | None = None
     openclaw_entry: Path | None = None
@@ -215,24 +219,33 @@ def probe_openclaw(
     bridge = bridge_dir or default_bridge_dir()
     problem = bridge_problem(bridge)
     if problem is not None:
-        return OpenClawProbe(False, problem, bridge_dir=bridge)
+        summary = problem.partition(" (")[0]
+        return OpenClawProbe(False, problem, summary, bridge_dir=bridge)
     node_raw = node or os.environ.get(ENV_NODE)
     node_path = _find_executable(node_raw, "node")
     if node_path is None:
         where = f"{node_raw!r} is not a file" if node_raw else "there is no node on PATH"
         return OpenClawProbe(
-            False, f"Node.js >= 24.16 is required for OpenClaw: {where} (set {ENV_NODE})", bridge_dir=bridge
+            False,
+            f"Node.js >= 24.16 is required for OpenClaw: {where} (set {ENV_NODE})",
+            "Node.js is not installed",
+            bridge_dir=bridge,
         )
     try:
         found_version = node_version(node_path)
     except (OSError, subprocess.SubprocessError) as exc:
         return OpenClawProbe(
-            False, f"cannot run {node_path} --version: {exc}", node=node_path, bridge_dir=bridge
+            False,
+            f"cannot run {node_path} --version: {exc}",
+            "node --version failed",
+            node=node_path,
+            bridge_dir=bridge,
         )
     if not node_supported(version_tuple(found_version)):
         return OpenClawProbe(
             False,
             f"{node_path} is Node {found_version}; OpenClaw needs >=24.16.0 <25 or >=26.1.0 (set {ENV_NODE})",
+            f"Node.js {found_version} is outside OpenClaw's range {NODE_RANGE}",
             node=node_path,
             node_version=found_version,
             bridge_dir=bridge,
@@ -248,6 +261,7 @@ def probe_openclaw(
         return OpenClawProbe(
             False,
             f"the openclaw CLI is missing: {where} (set {ENV_BIN}; see docs/openclaw-interop.md)",
+            "the openclaw CLI is not installed",
             node=node_path,
             node_version=found_version,
             bridge_dir=bridge,
@@ -258,6 +272,7 @@ def probe_openclaw(
             False,
             f"{entry} is the empty openclaw {PLACEHOLDER_VERSION} placeholder"
             " (install openclaw@2026.9.6 with Node 24)",
+            f"openclaw is the empty {PLACEHOLDER_VERSION} placeholder package",
             node=node_path,
             node_version=found_version,
             openclaw_entry=entry,
@@ -267,6 +282,7 @@ def probe_openclaw(
     return OpenClawProbe(
         True,
         f"OpenClaw {version or '?'} ({entry}) on Node {found_version} ({node_path})",
+        f"OpenClaw {version or '?'} on Node.js {found_version}",
         node=node_path,
         node_version=found_version,
         openclaw_entry=entry,
