@@ -31,9 +31,12 @@ from clawlet.cluster.client import (
 )
 from clawlet.cluster.offline import USAGE_QUEUE_FILE, DiskQueue, ReplayBuffer
 from clawlet.cluster.protocol import (
+    ERR_PROTOCOL_MISMATCH,
     ERR_TICKET_REJECTED,
     ERR_TOKEN_INVALID,
+    EVENT_ENCODING,
     FF_SNAPSHOT_SYNC,
+    INIT_EVENT_ENCODING,
     MESSAGE_TYPES,
     RECONNECT_BACKOFF,
     FrameError,
@@ -187,6 +190,23 @@ async def test_reused_ticket_is_refused(
     assert info.value.code == ERR_TICKET_REJECTED and info.value.final
     assert "already used" in str(info.value)
     assert not second.connected and second.state == "idle"
+
+
+@pytest.mark.parametrize("encoding", [None, "clawlet-events/0"])
+async def test_a_control_plane_of_another_event_encoding_is_refused_for_good(
+    encoding: str | None, plane: ScriptedControlPlane, make_client: Callable[..., ControlPlaneClient]
+) -> None:
+    """It could not read this side's events: the exec plane says so and does not retry."""
+    if encoding is None:  # a control plane from before the encoding was named
+        del plane.init_extra[INIT_EVENT_ENCODING]
+    else:
+        plane.init_extra[INIT_EVENT_ENCODING] = encoding
+    client = make_client()
+    with pytest.raises(ControlPlaneRefused) as info:
+        await client.connect()
+    assert info.value.code == ERR_PROTOCOL_MISMATCH and info.value.final
+    assert EVENT_ENCODING in info.value.message and "same clawlet version" in info.value.message
+    assert not client.connected
 
 
 async def test_expired_ticket_is_refused(tmp_path: Path) -> None:

@@ -83,11 +83,12 @@ def test_two_users_chat_and_stay_apart(cluster: LocalCluster) -> None:
     done = next(data for name, data in bob if name == "done")
     assert "你好" in str(done["content"]) and "来自-alice" not in str(done["content"])
 
-    # each user sees their own session (with the reply recorded), never the other's
-    for user, text in (("alice", "run: echo 来自-alice"), ("bob", "hello from bob 你好")):
+    # each user sees their own session (with the reply recorded, as locally: alice's tool call and
+    # the answer after it are two assistant segments), never the other's
+    for user, text, replies in (("alice", "run: echo 来自-alice", 2), ("bob", "hello from bob 你好", 1)):
         history = httpx.get(f"{cluster.base_url}/api/sessions/s1/history", headers=auth(cluster.tokens[user]))
         messages = history.json()["messages"]
-        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert [m["role"] for m in messages] == ["user"] + ["assistant"] * replies
         assert messages[0]["content"] == text
     # the turns ran on each user's own machine: the session directories are there only
     alice_sessions = {p.name for p in (cluster.data_dir / "exec-planes/alice/sessions").iterdir()}

@@ -68,6 +68,7 @@ from clawlet.cluster.protocol import (
     ERR_FORBIDDEN,
     ERR_TICKET_REJECTED,
     ERR_TOKEN_INVALID,
+    EVENT_ENCODING,
     auth_frame,
     encode,
     fire_and_forget_frame,
@@ -237,6 +238,7 @@ async def test_handshake_sends_init_with_that_users_keys(
         "api_keys": ALICE_KEYS,
         "vm_id": alice.vm_id,
         "heartbeat_ack": True,
+        "event_encoding": EVENT_ENCODING,
     }
     assert init_b["api_keys"] == BOB_KEYS and init_b["user_id"] == BOB and "org_id" not in init_b
     assert a.api_keys == ALICE_KEYS

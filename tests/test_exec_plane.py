@@ -28,35 +28,38 @@ import pytest
 from clawlet import secret_env
 from clawlet.cli import main as cli_main
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneUnavailable
-from clawlet.cluster.events import EventSink, forward_event, to_exec_plane_event
+from clawlet.cluster.events import EventSink, forward_event, seed_event, to_seed_event
 from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
 from clawlet.cluster.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
 from clawlet.cluster.session_process import (
     ProcessOptions,
     ProcessSessionAdapter,
     SessionChild,
-    decode_event,
     describe_exit,
-    encode_event,
     make_long_term_memory_tool,
     make_remote_mcp_tool,
     start_slots,
 )
 from clawlet.config import Settings
 from clawlet.events import (
+    ApprovalRequested,
     Event,
     NewSegment,
+    QuestionAsked,
     Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
     RunStarted,
+    RunWaiting,
     TextDelta,
     Thinking,
     Title,
     ToolEnd,
     ToolStart,
     Usage,
+    event_from_json,
+    event_to_json,
 )
 from clawlet.home import init_home
 from clawlet.tools.base import ToolError
@@ -94,8 +97,15 @@ def alive(pid: int) -> bool:
     return True
 
 
+def seed_events(plane: ScriptedControlPlane) -> list[tuple[str, dict[str, Any]]]:
+    """``(session id, event)`` of every event the exec plane sent that has a seed-001 name, named so
+    (as ``/api/cluster/sessions/{id}/events`` shows them)."""
+    named = [(frame["session_id"], seed_event(frame["data"])) for frame in plane.sse_events]
+    return [(session_id, data) for session_id, data in named if data is not None]
+
+
 def events_of(plane: ScriptedControlPlane, session_id: str) -> list[dict[str, Any]]:
-    return [frame["data"] for frame in plane.sse_events if frame["session_id"] == session_id]
+    return [data for sid, data in seed_events(plane) if sid == session_id]
 
 
 def finals_of(plane: ScriptedControlPlane, session_id: str) -> list[dict[str, Any]]:
@@ -188,34 +198,38 @@ async def make_plane(plane: ScriptedControlPlane, tmp_path: Path) -> AsyncIterat
 # -- the event translation ------------------------------------------------------------------------
 
 
-def test_every_clawlet_event_has_its_exec_plane_form() -> None:
-    assert to_exec_plane_event(TextDelta("hi")) == {"type": "text_chunk", "content": "hi"}
-    assert to_exec_plane_event(Thinking("hmm")) == {"type": "thinking", "content": "hmm"}
-    assert to_exec_plane_event(ToolStart("terminal", "ls", "c1")) == {
+def test_every_clawlet_event_has_its_seed_form() -> None:
+    assert to_seed_event(TextDelta("hi")) == {"type": "text_chunk", "content": "hi"}
+    assert to_seed_event(Thinking("hmm")) == {"type": "thinking", "content": "hmm"}
+    assert to_seed_event(ToolStart("terminal", "ls", "c1")) == {
         "type": "tool_call_start",
         "tool_name": "terminal",
         "tool_input": "ls",
         "call_id": "c1",
     }
-    assert to_exec_plane_event(ToolEnd("terminal", "out", "c1", is_error=True)) == {
+    assert to_seed_event(ToolEnd("terminal", "out", "c1", is_error=True)) == {
         "type": "tool_call_complete",
         "tool_name": "terminal",
         "result": "out",
         "call_id": "c1",
         "is_error": True,
     }
-    assert to_exec_plane_event(RunFinished("done", "s")) == {"type": "execution_complete", "content": "done"}
-    assert to_exec_plane_event(RunCancelled("s", "par")) == {
+    assert to_seed_event(RunFinished("done", "s")) == {"type": "execution_complete", "content": "done"}
+    assert to_seed_event(RunCancelled("s", "par")) == {
         "type": "execution_complete",
         "content": "par",
         "cancelled": True,
     }
-    assert to_exec_plane_event(RunFailed("boom", "s")) == {"type": "execution_error", "error": "boom"}
+    assert to_seed_event(RunFailed("boom", "s")) == {"type": "execution_error", "error": "boom"}
     for silent in (RunStarted("s", "r"), Retrieval("q", []), NewSegment(), Usage(1, 2), Title("s", "t")):
-        assert to_exec_plane_event(silent) is None
+        assert to_seed_event(silent) is None
+    # the edge reads what travels over /ws/vm: clawlet's events in their JSON encoding
+    assert seed_event(event_to_json(TextDelta("hi"))) == {"type": "text_chunk", "content": "hi"}
+    for unknown in ({"type": "text_chunk", "content": "a seed event"}, {"kind": "Nope"}, "text", None):
+        assert seed_event(unknown) is None
 
 
-async def test_usage_becomes_a_usage_report_and_other_events_sse() -> None:
+async def test_every_event_goes_out_as_it_is_and_usage_also_as_a_usage_report() -> None:
     class Sink:
         def __init__(self) -> None:
             self.sse: list[tuple[str, Any]] = []
@@ -232,25 +246,58 @@ async def test_usage_becomes_a_usage_report_and_other_events_sse() -> None:
 
     sink = Sink()
     checked: EventSink = sink
-    for event in (Usage(10, 3), TextDelta("a"), NewSegment(), Usage(0, 0)):
+    sent: list[Event] = [Usage(10, 3), TextDelta("a"), NewSegment(), Usage(0, 0)]
+    for event in sent:
         await forward_event(checked, "s1", event, model="gpt-x")
     assert sink.usage == [("s1", "gpt-x", 10, 3)]
-    assert sink.sse == [("s1", {"type": "text_chunk", "content": "a"})]
+    assert sink.sse == [("s1", event_to_json(event)) for event in sent]
 
 
-def test_events_survive_the_pipe_encoding() -> None:
+def test_every_event_survives_its_json_encoding() -> None:
+    approval = ApprovalRequested("a1", "terminal", {"command": "ls"}, "c1", "ls", ["approve"], "why")
+    question = QuestionAsked("a2", "Which one?", "c2")
     samples: list[Event] = [
         RunStarted("s", "r"),
-        Retrieval("q", [{"source": "m", "text": "t"}]),
-        TextDelta("x"),
+        Retrieval("q", [{"source": "memory/MEMORY.md", "text": "t", "score": 0.5}]),
+        TextDelta("x 你好"),
+        Thinking("hmm"),
+        ToolStart("terminal", "ls", "c1"),
         ToolEnd("t", "o", "c", True),
-        Usage(1, 2),
+        NewSegment(),
+        Usage(10, 3),
+        RunFinished("done", "s"),
         RunCancelled("s", "part"),
+        RunFailed("boom", "s"),
+        RunWaiting("s", "so far", [approval, question]),
+        approval,
+        question,
+        Title("s", "A title"),
     ]
     for event in samples:
-        assert decode_event(encode_event(event)) == event
-    with pytest.raises(ValueError):
-        decode_event({"kind": "Nope"})
+        assert event_from_json(json.loads(json.dumps(event_to_json(event)))) == event
+    assert event_to_json(question) == {
+        "kind": "QuestionAsked",
+        "approval_id": "a2",
+        "question": "Which one?",
+        "call_id": "c2",
+        "allowed_decisions": ["answer", "reject"],
+    }
+    bad: list[Any] = [
+        {"kind": "Nope"},
+        {"kind": "TextDelta"},
+        {"text": "x"},
+        {"kind": "RunWaiting", "session_id": "s", "content": "", "pending": 1},
+        {
+            "kind": "RunWaiting",
+            "session_id": "s",
+            "content": "",
+            "pending": [{"kind": "TextDelta", "text": ""}],
+        },
+        "TextDelta",
+    ]
+    for data in bad:
+        with pytest.raises(ValueError):
+            event_from_json(data)
     assert describe_exit(-signal.SIGKILL) == "was killed by signal SIGKILL"
     assert describe_exit(3) == "exited with code 3"
 
@@ -440,7 +487,7 @@ async def test_two_sessions_run_at_the_same_time_in_their_own_processes(
     await wait_finals(plane, "s2")
     pids = exec_plane.session_pids()
     assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
-    order = [(frame["session_id"], frame["data"]["type"]) for frame in plane.sse_events]
+    order = [(session_id, data["type"]) for session_id, data in seed_events(plane)]
     # the streams interleave: each session had streamed before the other one finished
     assert order.index(("s2", "text_chunk")) < order.index(("s1", "execution_complete"))
     assert order.index(("s1", "text_chunk")) < order.index(("s2", "execution_complete"))

@@ -1,14 +1,19 @@
 """The typed event model: one vocabulary for everything an agent run produces.
 
-Runtimes yield these events; each protocol edge (workbench SSE, OpenAI chunks, gateway frames)
-translates them into its own wire format and nothing else.
+Runtimes yield these events; each protocol edge (workbench SSE, OpenAI chunks, gateway frames,
+the seed-001 events of ``/api/cluster/sessions/{id}/events``) translates them into its own wire
+format and nothing else. Between clawlet's own processes (a session process and its exec plane,
+the exec plane and the control plane over ``/ws/vm``) events travel as they are, in their one
+JSON encoding: :func:`event_to_json` / :func:`event_from_json`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, cast
 
 
 def render_tool_input(args: Any) -> str:
@@ -163,3 +168,57 @@ Event = (
 )
 
 TERMINAL_EVENTS = (RunFinished, RunCancelled, RunFailed, RunWaiting)
+
+EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
+    cls.__name__: cls
+    for cls in (
+        RunStarted,
+        Retrieval,
+        TextDelta,
+        Thinking,
+        ToolStart,
+        ToolEnd,
+        NewSegment,
+        Usage,
+        RunFinished,
+        RunCancelled,
+        RunFailed,
+        RunWaiting,
+        ApprovalRequested,
+        QuestionAsked,
+        Title,
+    )
+}
+"""Every event class by its name (the ``kind`` of its JSON encoding)."""
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """``{kind: <class name>, …fields}``: ``event`` as JSON-safe data, losslessly (a
+    :class:`RunWaiting`'s ``pending`` items are encoded the same way)."""
+    data: dict[str, Any] = {"kind": type(event).__name__, **dataclasses.asdict(event)}
+    if isinstance(event, RunWaiting):
+        data["pending"] = [event_to_json(item) for item in event.pending]
+    return data
+
+
+def event_from_json(data: Mapping[str, Any]) -> Event:
+    """The event :func:`event_to_json` encoded; ``ValueError`` for anything else (an unknown
+    ``kind``, a missing field). Unknown fields are ignored."""
+    kind = data.get("kind") if isinstance(data, Mapping) else None
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    names = {item.name for item in dataclasses.fields(cls)}
+    values = {key: value for key, value in data.items() if key in names}
+    if cls is RunWaiting:
+        pending = values.get("pending")
+        if not isinstance(pending, list):
+            raise ValueError("bad RunWaiting event: pending is not a list")
+        items = [event_from_json(item) if isinstance(item, Mapping) else None for item in pending]
+        if not all(isinstance(item, ApprovalRequested | QuestionAsked) for item in items):
+            raise ValueError("bad RunWaiting event: pending holds more than approvals and questions")
+        values["pending"] = items
+    try:
+        return cast(Event, cls(**values))
+    except TypeError as exc:
+        raise ValueError(f"bad {kind} event: {exc}") from exc

@@ -52,6 +52,8 @@ from clawlet.cluster.protocol import (
     ERR_TICKET_REJECTED,
     ERR_TOKEN_INVALID,
     ERR_UNKNOWN_METHOD,
+    EVENT_ENCODING,
+    INIT_EVENT_ENCODING,
     QUERY_TICKET,
     QUERY_USER_ID,
     WS_PATH,
@@ -155,7 +157,7 @@ class ScriptedControlPlane:
         self.secret = secret
         self.tickets = tickets if tickets is not None else TicketStore()
         self.api_keys = api_keys if api_keys is not None else {"openai": "sk-test-openai-key"}
-        self.init_extra: dict[str, Any] = {"org_id": "org-1"}
+        self.init_extra: dict[str, Any] = {"org_id": "org-1", INIT_EVENT_ENCODING: EVENT_ENCODING}
         self.auth_timeout = auth_timeout
         self.port = 0
         self.methods: dict[str, Any] = {}

@@ -8,7 +8,8 @@ Connection lifecycle:
 * :meth:`ControlPlaneClient.connect` makes **one** attempt: it opens
   ``<url>?user_id=<id>&ticket=<ticket>``, sends ``{type:"auth", token}`` as the first frame and
   returns ``init``'s ``data`` (user id, API keys, …). A refusal (an ``error`` frame, HTTP 401/403, a
-  close before ``init``) raises :class:`ControlPlaneRefused`; an unreachable control plane raises
+  close before ``init``, or an ``init`` naming another event encoding than this side's:
+  :func:`check_event_encoding`) raises :class:`ControlPlaneRefused`; an unreachable control plane raises
   :class:`ControlPlaneUnavailable`. Nothing keeps running after a failed ``connect()``.
 * The ticket is single use: once a server has seen it, it is forgotten and every later connection
   uses ``<url>?user_id=<id>``. The JWT is never in a URL, never logged and never handed to
@@ -83,12 +84,15 @@ from clawlet.cluster.offline import (
 )
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
+    ERR_PROTOCOL_MISMATCH,
+    EVENT_ENCODING,
     FF_AUDIT_LOG,
     FF_EVOLUTION_SUBMIT,
     FF_SNAPSHOT_SYNC,
     FF_USAGE_REPORT,
     FIRE_AND_FORGET,
     HEARTBEAT_INTERVAL,
+    INIT_EVENT_ENCODING,
     INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
     METHOD_GET_SKILL_PACKAGE,
@@ -156,6 +160,20 @@ class ControlPlaneRefused(ControlPlaneUnavailable):
         self.message = message
         self.final = final
         super().__init__(f"the control plane refused the connection: {code}: {message}")
+
+
+def check_event_encoding(init: Mapping[str, Any]) -> None:
+    """Refuse, for good, a control plane whose ``init`` names another ``sse_event`` encoding than
+    this side's (:data:`~clawlet.cluster.protocol.INIT_EVENT_ENCODING`): it could not read the events."""
+    theirs = init.get(INIT_EVENT_ENCODING)
+    if theirs != EVENT_ENCODING:
+        described = repr(theirs) if theirs else "none (an older clawlet)"
+        raise ControlPlaneRefused(
+            ERR_PROTOCOL_MISMATCH,
+            f"the control plane reads events in encoding {described} and this execution plane sends "
+            f"{EVENT_ENCODING!r}: run the same clawlet version on both",
+            final=True,
+        )
 
 
 class RequestLost(ControlPlaneUnavailable):
@@ -617,6 +635,7 @@ class ControlPlaneClient:
         try:
             await self._send_ws(ws, auth_frame(self._token))
             data = await asyncio.wait_for(self._await_init(ws), self.connect_timeout)
+            check_event_encoding(data)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await ws.close()

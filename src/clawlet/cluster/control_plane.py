@@ -9,7 +9,8 @@ serving the ``/ws/vm`` WebSocket of :mod:`clawlet.cluster.protocol` (the other s
 claim required; ``sub`` must be the URL's ``user_id``); a ticket in the URL is redeemed once, for
 that user, within its 30 s (tickets live in the database: :class:`~clawlet.cluster.cp_db.SqlTicketBackend`);
 no ticket means a reconnect, authenticated by the JWT alone. The user must exist and not be
-disabled. Then ``init {user_id, org_id?, api_keys, vm_id}`` goes out. Every refusal is an ``error``
+disabled. Then ``init {user_id, org_id?, api_keys, vm_id, heartbeat_ack, event_encoding}`` goes
+out. Every refusal is an ``error``
 frame with a code of :data:`~clawlet.cluster.protocol.REFUSAL_CODES` and a close with 4401; the
 log names the user and the reason, never the token or the ticket (uvicorn's own line with the URL
 gets its ticket masked by :class:`TicketRedactingFilter`, and so do websockets' DEBUG lines of
@@ -28,7 +29,8 @@ reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still
 **Fire-and-forget** records are stored de-duplicated by ``(user_id, id)`` (the client delivers at
 least once); ``snapshot_sync`` upserts. **SSE events** are de-duplicated by ``(stream, session_id,
 seq)`` — an event whose ``seq`` is not above the last seen for its ``(stream, session)`` is dropped —
-and published, in order, to :meth:`ControlPlane.subscribe`.
+and published, in order, to :meth:`ControlPlane.subscribe`, as they came: clawlet events in their
+JSON encoding (:mod:`clawlet.cluster.events`).
 
 **Isolation.** Everything an execution plane sends is attributed to the user its JWT names. A
 session belongs to the user who started it (the ``sessions`` table); the routing API
@@ -100,10 +102,12 @@ from clawlet.cluster.protocol import (
     ERR_TICKET_REJECTED,
     ERR_TOKEN_INVALID,
     ERR_UNKNOWN_METHOD,
+    EVENT_ENCODING,
     FF_AUDIT_LOG,
     FF_EVOLUTION_SUBMIT,
     FF_SNAPSHOT_SYNC,
     FF_USAGE_REPORT,
+    INIT_EVENT_ENCODING,
     INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
     METHOD_GET_SKILL_PACKAGE,
@@ -932,6 +936,7 @@ class ControlPlane:
             "api_keys": dict(user.api_keys),
             "vm_id": link.vm_id,
             INIT_HEARTBEAT_ACK: True,
+            INIT_EVENT_ENCODING: EVENT_ENCODING,
         }
         if user.org_id:
             data["org_id"] = user.org_id

@@ -1,11 +1,23 @@
-"""clawlet events → the execution plane's SSE events (seed 001 §4.6, §7.4, §9).
+"""How a session's events travel in cluster mode, and the seed-001 names of its one edge.
 
-The exec plane forwards each event of a session's run to the control plane as the ``data`` of an
-``sse_event`` frame (:meth:`ControlPlaneClient.send_sse_event`); the control plane pushes it on to the
-browser unchanged. ``data`` is a JSON object with a ``type``:
+**Over ``/ws/vm``** the execution plane forwards every clawlet event of a session's run as it is:
+the ``data`` of an ``sse_event`` frame is the event's JSON encoding
+(:func:`clawlet.events.event_to_json`, ``{kind: "TextDelta", text}`` …), the same encoding a session
+process uses on its pipe (:func:`forward_event`). The control plane keeps and replays that data
+unchanged; its ``RemoteAdapter`` decodes it back into the very same events
+(:func:`clawlet.events.event_from_json`), so the control plane's ``SessionManager`` — and through
+it the workbench, the inbox, ``/v1`` and ``/api/agent`` — sees what a local run produces. ``Usage``
+also goes out as a ``fire_and_forget usage_report`` (queued on disk while disconnected: the usage
+tables are filled from those, once each). The version of this encoding is
+:data:`~clawlet.cluster.protocol.EVENT_ENCODING`, named in ``init``
+(:data:`~clawlet.cluster.protocol.INIT_EVENT_ENCODING`): an execution plane refuses a control plane
+that names another one.
+
+**At ``GET /api/cluster/sessions/{id}/events``** — and only there — the events are given the seed's
+names (seed 001 §4.6, §7.4, §9) by :func:`to_seed_event`:
 
 ======================  =======================================================================
-clawlet event           exec-plane SSE event
+clawlet event           seed-001 SSE event
 ======================  =======================================================================
 TextDelta               ``{type:"text_chunk", content}``
 Thinking                ``{type:"thinking", content}``
@@ -18,20 +30,22 @@ RunWaiting              ``{type:"execution_complete", content, waiting:true, pen
 ApprovalRequested       ``{type:"approval_required", approval_id, tool_name, tool_input, args, call_id,
                         allowed_decisions}``
 QuestionAsked           ``{type:"question", approval_id, question, call_id}``
-Usage                   not an SSE event: ``fire_and_forget usage_report`` (:func:`forward_event`)
-RunStarted, Retrieval,  nothing (the seed's vocabulary has no such events)
-NewSegment, Title
+RunStarted, Retrieval,  nothing (the seed's vocabulary has no such events; the seed reports usage
+NewSegment, Usage,      as ``usage_report`` records, not as events)
+Title
 ======================  =======================================================================
 
 ``call_id`` and ``is_error`` are additions to the seed's field names (a browser needs them to pair a
 start with its completion and to show a failed tool); a consumer that only knows the seed's fields
 ignores them. The approval events are clawlet's own (the seed has none); a run that waits for the
 user ends like a completed one, with ``waiting: true``, so consumers that only know the seed's
-events end the turn. (Session processes run turns that never ask today, so none of them is sent.)
+events end the turn. Each event keeps the ``seq`` the execution plane gave it, so ``seq`` has gaps
+where events without a seed name were.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final, Protocol, assert_never
 
 from clawlet.events import (
@@ -51,7 +65,11 @@ from clawlet.events import (
     ToolEnd,
     ToolStart,
     Usage,
+    event_from_json,
+    event_to_json,
 )
+
+log = logging.getLogger(__name__)
 
 TEXT_CHUNK: Final = "text_chunk"
 THINKING: Final = "thinking"
@@ -73,8 +91,16 @@ class EventSink(Protocol):
     ) -> None: ...
 
 
-def to_exec_plane_event(event: Event) -> dict[str, Any] | None:
-    """The SSE event for ``event`` (see the module docstring), or ``None`` when it has none."""
+async def forward_event(sink: EventSink, session_id: str, event: Event, *, model: str) -> None:
+    """Send ``event`` of ``session_id`` to the control plane as an ``sse_event`` (buffered while
+    disconnected); a ``Usage`` with tokens also as a usage report (queued on disk meanwhile)."""
+    await sink.send_sse_event(session_id, event_to_json(event))
+    if isinstance(event, Usage) and (event.input_tokens or event.output_tokens):
+        await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens)
+
+
+def to_seed_event(event: Event) -> dict[str, Any] | None:
+    """The seed-001 SSE event for ``event`` (see the module docstring), or ``None`` when it has none."""
     match event:
         case TextDelta(text=text):
             return {"type": TEXT_CHUNK, "content": text}
@@ -95,7 +121,7 @@ def to_exec_plane_event(event: Event) -> dict[str, Any] | None:
         case RunCancelled(content=content):
             return {"type": EXECUTION_COMPLETE, "content": content, "cancelled": True}
         case RunFailed(error=error):
-            return execution_error(error)
+            return {"type": EXECUTION_ERROR, "error": error}
         case RunWaiting(content=content, pending=pending):
             return {
                 "type": EXECUTION_COMPLETE,
@@ -121,18 +147,12 @@ def to_exec_plane_event(event: Event) -> dict[str, Any] | None:
             assert_never(event)
 
 
-def execution_error(error: str) -> dict[str, Any]:
-    """An ``execution_error`` SSE event (also used for errors that are not a run's, e.g. a refusal)."""
-    return {"type": EXECUTION_ERROR, "error": error}
-
-
-async def forward_event(sink: EventSink, session_id: str, event: Event, *, model: str) -> None:
-    """Send ``event`` of ``session_id`` to the control plane: ``Usage`` as a usage report (queued on
-    disk while disconnected), everything else as its SSE event (buffered while disconnected)."""
-    if isinstance(event, Usage):
-        if event.input_tokens or event.output_tokens:
-            await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens)
-        return
-    data = to_exec_plane_event(event)
-    if data is not None:
-        await sink.send_sse_event(session_id, data)
+def seed_event(data: Any) -> dict[str, Any] | None:
+    """The seed-001 SSE event for the ``data`` of one ``sse_event`` frame (an encoded clawlet
+    event), or ``None`` when it has none or is not an event clawlet knows (logged)."""
+    try:
+        event = event_from_json(data)
+    except ValueError as exc:
+        log.warning("an execution plane's event is not one clawlet knows (%s); not shown", exc)
+        return None
+    return to_seed_event(event)

@@ -7,7 +7,7 @@
   (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
   (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`); ``openclaw`` runs the session on
   OpenClaw through the Node.js bridge (:class:`~clawlet.cluster.openclaw_bridge.OpenClawBridgeAdapter`,
-  below). Any other type is refused with an ``execution_error`` and nothing is started (no fallback
+  below). Any other type is refused with a ``RunFailed`` event and nothing is started (no fallback
   to another runtime); so is an ``openclaw`` session on a machine without Node >= 24.16 and the
   ``openclaw`` CLI (the error names what is missing and how to fix it). Later messages to a refused
   session get the same error. The session is registered with the client
@@ -19,9 +19,10 @@
   :class:`ExecPlane` takes over the client's ``on_start_session``, ``on_stop_session`` and
   ``on_frame`` (an ``on_frame`` set before it is still called).
 * ``user_message`` (``data.content``, or the seed's ``data.message``) runs one turn; the turn's events
-  go out as ``sse_event`` frames (:mod:`clawlet.cluster.events`), its token usage as ``usage_report``.
+  go out as they are, each an ``sse_event`` frame holding the clawlet event's JSON encoding
+  (:mod:`clawlet.cluster.events`); its token usage also as ``usage_report``.
   Turns of one session run one after another, in arrival order; sessions run side by side.
-* ``cancel`` cancels the running turn (``execution_complete {cancelled:true}`` with the partial text)
+* ``cancel`` cancels the running turn (``RunCancelled`` with the partial text)
   and any turn still waiting behind it.
 * ``stop_session`` stops the session's process (a running turn is cancelled), sends a last
   ``snapshot_sync`` and forgets the session. Its files stay: a later ``start_session`` with the same
@@ -31,14 +32,14 @@
   plane is unreachable (degraded mode: sessions keep running on local memory, checkpoints, direct LLM
   calls, code execution and cached skills; SSE events and usage reports wait in the client).
 
-A session that fails (its process crashes, hangs, or cannot start) reports ``execution_error`` for the
+A session that fails (its process crashes, hangs, or cannot start) reports ``RunFailed`` for the
 turn it was running and nothing else is affected; its next message starts a new process.
 
 **The ``openclaw`` runtime** runs the bridge adapter directly in this process, not inside a session
 process like the engine. The engine gets a process of its own so that a crash or hang of the agent's
 Python code cannot take the daemon down; the bridge already is a process of its own (Node.js, in its
 own process group, which also holds a private ``openclaw gateway``), so that isolation is there: a
-crash or ``kill -9`` of the bridge ends only its session's turn with an ``execution_error`` naming the
+crash or ``kill -9`` of the bridge ends only its session's turn with a ``RunFailed`` naming the
 exit status, and the next message starts a new bridge; a bridge that does not end a cancelled turn
 within ``cancel_grace`` seconds is killed (there is no heartbeat: a bridge that hangs mid-turn holds
 that turn until it is cancelled or stopped). What runs here is only the adapter's socket reader; a
@@ -99,7 +100,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
-from clawlet.cluster.events import execution_error, forward_event
+from clawlet.cluster.events import forward_event
 from clawlet.cluster.openclaw_bridge import (
     BridgeOptions,
     BridgeSpec,
@@ -776,7 +777,7 @@ class ExecPlane:
         await self.client.fire_and_forget(session_id, method, **params)
 
     async def _error(self, session_id: str, message: str) -> None:
-        await self.client.send_sse_event(session_id, execution_error(message))
+        await forward_event(self.client, session_id, RunFailed(message, session_id), model="")
 
     # -- snapshots -----------------------------------------------------------------------------
 

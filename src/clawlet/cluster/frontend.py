@@ -16,9 +16,12 @@
   A missing or unknown token gets the surface's 401;
 * ``/api/cluster/*`` — what only cluster mode has, for the token's user: ``GET /api/cluster/me``
   (the user, whether their execution plane is connected) and ``GET
-  /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events exactly as
-  the execution plane sent them (seed 001 §7.4: ``text_chunk``, ``tool_call_start``, …, each with
-  its ``seq``), as SSE until the session stops; 404 for a session the user never started. The SSE
+  /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events as the
+  execution plane sent them, in the seed's vocabulary (seed 001 §7.4: ``text_chunk``,
+  ``tool_call_start``, …, each with the ``seq`` the execution plane gave it): the one place where
+  clawlet's events get the seed's names (:func:`clawlet.cluster.events.to_seed_event`; events
+  without one are left out), as SSE until the session stops; 404 for a session the user never
+  started. The SSE
   ``id`` is ``<process>-<n>``: ``n`` counts the session's events in this control plane process
   (``after=n`` resumes after it) and ``<process>`` names the process, so a ``Last-Event-ID`` given
   out before a restart of the control plane resumes from the first event the new process has
@@ -64,6 +67,7 @@ from clawlet.cluster.control_plane import (
     create_control_plane_app,
 )
 from clawlet.cluster.cp_userdata import user_dir
+from clawlet.cluster.events import seed_event
 from clawlet.cluster.remote_adapter import RemoteAdapter, remote_session_id
 from clawlet.config import Settings
 from clawlet.engine.agent import AgentEngine
@@ -213,7 +217,10 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
                         continue
                     except (StopAsyncIteration, RoutingError):
                         return
-                    data = {"seq": event["seq"], **_as_object(event["data"])}
+                    seed = seed_event(event["data"])
+                    if seed is None:  # no seed name (RunStarted, Usage, NewSegment, …)
+                        continue
+                    data = {"seq": event["seq"], **seed}
                     event_id = f"{epoch}-{event['id']}"
                     yield f"id: {event_id}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
@@ -233,10 +240,6 @@ def resume_after(last_event_id: str, epoch: str, default: int | None) -> int | N
     if not dash:
         return int(number)
     return int(number) if given_epoch == epoch else 0
-
-
-def _as_object(data: Any) -> dict[str, Any]:
-    return data if isinstance(data, dict) else {"data": data}
 
 
 def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = None) -> ClusterFrontend:

@@ -42,6 +42,11 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   ping had confirmed yet, then those produced while disconnected, so events may arrive twice. **The
   control plane drops an event whose ``seq`` is not above the last one it saw for the same
   ``(stream, session_id)``**; a jump in ``seq`` means the client's bounded buffer dropped events.
+* ``sse_event.data``: one clawlet event of the session's run in its JSON encoding (``{kind, …}``,
+  :func:`clawlet.events.event_to_json`; :mod:`clawlet.cluster.events`), not one of the seed's SSE
+  events: the control plane gives events the seed's names only at its
+  ``/api/cluster/sessions/{id}/events`` edge. ``init``'s ``event_encoding`` names the encoding's
+  version (:data:`INIT_EVENT_ENCODING`).
 * The control plane must answer WebSocket pings promptly (every WebSocket library does by default):
   the client confirms delivery with them.
 * ``resume_response`` results may also be ``{status:"completed", error:{code, message}}`` (the request
@@ -153,6 +158,15 @@ with ``heartbeat {id}`` once it has handled (stored, published) every frame sent
 application-level acknowledgement. A WebSocket pong only says that the frames arrived, so the
 execution plane forgets queued usage records and buffered SSE events on this answer when the
 control plane offers it (a clawlet extension of the seed's protocol; without it, on a pong)."""
+INIT_EVENT_ENCODING: Final = "event_encoding"
+"""In ``init``'s data: the encoding the control plane reads ``sse_event`` data in — clawlet's typed
+events as JSON (:func:`clawlet.events.event_to_json`), version :data:`EVENT_ENCODING`. An execution
+plane refuses (for good, with a message saying so) a control plane that names another or none: the
+two sides must run the same clawlet version (a clawlet extension of the seed's protocol)."""
+EVENT_ENCODING: Final = "clawlet-events/1"
+"""The current version of the ``sse_event`` data encoding (:data:`INIT_EVENT_ENCODING`)."""
+ERR_PROTOCOL_MISMATCH: Final = "protocol_mismatch"
+"""An execution plane's reason for refusing a control plane of another version."""
 """The execution plane sends ``heartbeat`` this often (seconds)."""
 REQUEST_TIMEOUT: Final = 60.0
 """A request without a response after this long fails (and its pending entry is removed)."""

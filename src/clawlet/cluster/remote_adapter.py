@@ -3,20 +3,24 @@ execution plane, reached through the control plane's routing API.
 
 Each turn: ``start_session`` (idempotent: the execution plane ignores a repeated start of a running
 session, and a restarted execution plane gets the session back), a subscription to the session's
-events, then ``user_message``. The execution plane's SSE events (:mod:`clawlet.cluster.events`)
-come back as clawlet events:
+events, then ``user_message``. The execution plane sends its run's clawlet events in their JSON
+encoding (:mod:`clawlet.cluster.events`); they are decoded back into the very same events and
+yielded as they are — text, thinking, retrievals, tools with their call ids, new segments, token
+usage, approvals and questions — except the run's own lifecycle, which the control plane's
+``SessionManager`` produces itself (its ``RunStarted`` and title, from the turn's outcome):
 
-==========================================  ======================================================
-exec-plane SSE event                        clawlet event
-==========================================  ======================================================
-``text_chunk {content}``                    ``TextDelta``
-``thinking {content}``                      ``Thinking``
-``tool_call_start {tool_name, …}``          ``ToolStart``
-``tool_call_complete {tool_name, result}``  ``ToolEnd``
-``execution_complete``                      the turn ends (``cancelled: true``: as cancelled)
-``execution_error {error}``                 the turn fails with that error
-anything else                               ignored
-==========================================  ======================================================
+=====================================  ===========================================================
+the execution plane's event            here
+=====================================  ===========================================================
+``RunFinished``                        the turn ends
+``RunCancelled``                       the turn ends as cancelled
+``RunFailed {error}``                  the turn fails with that error
+``RunStarted``, ``Title``              skipped (the control plane's own take their place)
+anything else                          yielded unchanged
+=====================================  ===========================================================
+
+An event that does not decode (an execution plane of another clawlet version) fails the turn
+saying so.
 
 A turn fails with a clear error when the user has no connected execution plane, or when it stays
 disconnected for ``disconnect_grace`` seconds in the middle of a turn (short drops are fine: the
@@ -37,15 +41,15 @@ from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from clawlet.cluster.control_plane import ControlPlane, SessionEvent
-from clawlet.cluster.events import (
-    EXECUTION_COMPLETE,
-    EXECUTION_ERROR,
-    TEXT_CHUNK,
-    THINKING,
-    TOOL_CALL_COMPLETE,
-    TOOL_CALL_START,
+from clawlet.events import (
+    Event,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    Title,
+    event_from_json,
 )
-from clawlet.events import Event, TextDelta, Thinking, ToolEnd, ToolStart
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.sessions.store import SESSION_ID_PATTERN
 
@@ -59,7 +63,7 @@ MAX_SESSION_ID: Final = 128
 
 
 class RemoteRunFailed(Exception):
-    """The execution plane reported ``execution_error``, or could not be reached."""
+    """The execution plane reported ``RunFailed``, sent what is not an event, or could not be reached."""
 
 
 def remote_session_id(user_id: str, workspace: str, session_id: str) -> str:
@@ -72,37 +76,15 @@ def remote_session_id(user_id: str, workspace: str, session_id: str) -> str:
     return combined
 
 
-def to_clawlet_event(data: Any) -> Event | None:
-    """The clawlet event of one exec-plane SSE event's ``data`` (``None``: not a content event)."""
-    if not isinstance(data, dict):
-        return None
-    kind = data.get("type")
-    if kind == TEXT_CHUNK:
-        return TextDelta(str(data.get("content", "")))
-    if kind == THINKING:
-        return Thinking(str(data.get("content", "")))
-    if kind == TOOL_CALL_START:
-        return ToolStart(
-            str(data.get("tool_name", "")), _text(data.get("tool_input")), str(data.get("call_id", ""))
-        )
-    if kind == TOOL_CALL_COMPLETE:
-        return ToolEnd(
-            str(data.get("tool_name", "")),
-            _text(data.get("result")),
-            str(data.get("call_id", "")),
-            bool(data.get("is_error", False)),
-        )
-    return None
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+def decode_remote_event(data: Any) -> Event:
+    """The clawlet event of one ``sse_event``'s ``data``; :class:`RemoteRunFailed` when it is not one."""
+    try:
+        return event_from_json(data)
+    except ValueError as exc:
+        raise RemoteRunFailed(
+            f"the execution plane sent an event this control plane cannot read ({exc}); "
+            "run the same clawlet version on both"
+        ) from None
 
 
 class RemoteAdapter(RuntimeAdapter):
@@ -152,18 +134,16 @@ class RemoteAdapter(RuntimeAdapter):
             subscription = self.plane.subscribe(self.user_id, self.remote_id)
             async with subscription:
                 await self.plane.send_user_message(self.user_id, self.remote_id, {"content": data.text})
-                async for event in self._events(subscription):
-                    payload = event["data"]
-                    kind = payload.get("type") if isinstance(payload, dict) else None
-                    if kind == EXECUTION_COMPLETE:
-                        if payload.get("cancelled"):
-                            raise asyncio.CancelledError("cancelled on the execution plane")
+                async for item in self._events(subscription):
+                    event = decode_remote_event(item["data"])
+                    if isinstance(event, RunFinished):
                         return
-                    if kind == EXECUTION_ERROR:
-                        raise RemoteRunFailed(str(payload.get("error") or "the execution plane failed"))
-                    converted = to_clawlet_event(payload)
-                    if converted is not None:
-                        yield converted
+                    if isinstance(event, RunCancelled):
+                        raise asyncio.CancelledError("cancelled on the execution plane")
+                    if isinstance(event, RunFailed):
+                        raise RemoteRunFailed(event.error or "the execution plane failed")
+                    if not isinstance(event, RunStarted | Title):
+                        yield event
             raise RemoteRunFailed("the session was stopped before the turn completed")
         finally:
             self.running = False

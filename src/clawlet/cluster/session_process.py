@@ -23,6 +23,7 @@ prints can corrupt the protocol.
     child → parent  ready     {pid}  |  fatal {error}            the engine is built (or could not be)
     parent → child  message   {turn, text, context}            run one turn
     child → parent  event     {turn, event: {kind, …fields}}   each clawlet event of the turn
+                                                               (clawlet.events.event_to_json)
     parent → child  cancel    {turn}                           cancel the running turn
     parent → child  stop      {}                               cancel, then exit 0 (after ``stopped``)
     child → parent  heartbeat {}                               every ``heartbeat_interval`` seconds
@@ -72,7 +73,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
@@ -86,17 +87,12 @@ from clawlet.events import (
     TERMINAL_EVENTS,
     Event,
     NewSegment,
-    Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
-    RunStarted,
     TextDelta,
-    Thinking,
-    Title,
-    ToolEnd,
-    ToolStart,
-    Usage,
+    event_from_json,
+    event_to_json,
 )
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.runtime.checkpointer import LocalCheckpointer
@@ -132,42 +128,6 @@ class SessionProcessError(Exception):
 
 
 # -- events and contexts on the pipe -------------------------------------------------------------
-
-_EVENT_TYPES: Final[dict[str, type[Any]]] = {
-    cls.__name__: cls
-    for cls in (
-        RunStarted,
-        Retrieval,
-        TextDelta,
-        Thinking,
-        ToolStart,
-        ToolEnd,
-        NewSegment,
-        Usage,
-        RunFinished,
-        RunCancelled,
-        RunFailed,
-        Title,
-    )
-}
-
-
-def encode_event(event: Event) -> dict[str, Any]:
-    """``{kind: <class name>, …fields}``: a clawlet event as JSON-safe data."""
-    return {"kind": type(event).__name__, **dataclasses.asdict(event)}
-
-
-def decode_event(data: Mapping[str, Any]) -> Event:
-    """The event :func:`encode_event` produced; ``ValueError`` for anything else."""
-    kind = data.get("kind")
-    cls = _EVENT_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise ValueError(f"unknown event kind {kind!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    try:
-        return cast(Event, cls(**{key: value for key, value in data.items() if key in names}))
-    except TypeError as exc:
-        raise ValueError(f"bad {kind} event: {exc}") from exc
 
 
 def encode_context(context: RunContext) -> dict[str, Any]:
@@ -592,7 +552,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
             if turn is None or message.get("turn") != turn.turn_id:
                 return  # a late event of a turn that already ended here
             try:
-                event = decode_event(message.get("event") or {})
+                event = event_from_json(message.get("event") or {})
             except ValueError as exc:
                 log.warning("session %s: ignoring a bad event: %s", self.session_id, exc)
                 return
@@ -1038,7 +998,7 @@ class SessionChild:
             await self.send({"type": "heartbeat"})
 
     async def _send_event(self, turn_id: str, event: Event) -> None:
-        await self.send({"type": "event", "turn": turn_id, "event": encode_event(event)})
+        await self.send({"type": "event", "turn": turn_id, "event": event_to_json(event)})
 
     async def _run_turn(self, message: Mapping[str, Any], previous: asyncio.Task[None] | None) -> None:
         assert self.manager is not None and self.engine is not None and self.memory is not None

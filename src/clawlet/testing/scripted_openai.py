@@ -157,6 +157,9 @@ class ScriptedOpenAIServer:
         self.host = host
         self._requested_port = port
         self.requests: list[JSONDict] = []
+        self.usages: list[JSONDict] = []
+        """The ``usage`` of each answered chat request, in order (a streamed answer sends it only when
+        the request asks with ``stream_options.include_usage``)."""
         self.authorizations: list[str] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -314,6 +317,8 @@ class ScriptedOpenAIServer:
             "completion_tokens": _estimate_tokens([turn.text, [c.arguments_json() for c in turn.tool_calls]]),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        with self._lock:
+            self.usages.append(usage)
         if not body.get("stream"):
             return JSONResponse(_completion_body(turn, completion_id, created, model, usage))
         options = body.get("stream_options")
