@@ -33,6 +33,14 @@ cluster configuration, next to the running local server:
    rounds: round trips per second (completed turns / wall time), latency p50/p95/p99 (request to
    the ``done`` event), time to first token p50/p99 (the first ``token`` event) and errors.
 
+Before that, **session process start** (issue 15 §5): ``--start-samples`` session processes started
+one after another the exec plane's way (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`
+in this process, on the scripted model), alternately forked from a session template
+(:mod:`clawlet.cluster.session_template`) and spawned as fresh interpreters: the time from the
+request to the process's ``ready`` (its engine built), its CPU time by then, its first turn, and,
+with all of them still running, each one's unshared memory (USS: ``Private_Clean + Private_Dirty``
+of ``/proc/<pid>/smaps_rollup``) and proportional share (PSS); template / spawn ratios.
+
 Then local and cluster side by side, the ratios cluster / local and what cluster mode adds
 (cluster − local, ms); the CPU time of every process group per phase (and per turn), of the other
 mode (idle meanwhile), and of everything else on the machine; the peak memory of each mode's
@@ -64,7 +72,14 @@ from typing import Any
 import httpx
 
 from clawlet.cluster.local_cluster import LocalCluster
+from clawlet.cluster.session_process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
+from clawlet.cluster.session_template import SessionTemplate, template_supported
+from clawlet.config import Settings
+from clawlet.engine.context import DEFAULT_CONTEXT
+from clawlet.events import TERMINAL_EVENTS, RunFinished
+from clawlet.home import init_home
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
+from clawlet.runtime.base import RunConfig, UserMessage
 from support import ClawletProcess, clean_environ, free_port, percentile
 
 ANSWER_WORDS = 60
@@ -307,13 +322,16 @@ def cpu_diff(after: CpuSnapshot, before: CpuSnapshot) -> dict[str, float]:
 
 
 class MemoryWatch:
-    """Samples the summed RSS of the processes under ``roots`` every ``interval`` seconds."""
+    """Samples the summed RSS and PSS of the processes under ``roots`` every ``interval`` seconds
+    (PSS counts a page shared by n processes as 1/n in each: forked session processes share the
+    template's pages, which summed RSS counts once per process)."""
 
     def __init__(self, roots: Callable[[], Roots], interval: float = 1.0) -> None:
         self.roots = roots
         self.interval = interval
         self.peak = 0
         self.peak_processes = 0
+        self.peak_pss = 0
         self.max_processes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -322,6 +340,7 @@ class MemoryWatch:
         while True:
             pids = process_tree(self.roots())
             total = sum(rss_bytes(pid) for pid in pids)
+            self.peak_pss = max(self.peak_pss, sum(smaps_rollup(pid).get("Pss", 0) for pid in pids))
             self.max_processes = max(self.max_processes, len(pids))
             if total > self.peak:
                 self.peak, self.peak_processes = total, len(pids)
@@ -343,6 +362,186 @@ def available_memory() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/smaps_rollup`` in bytes (``Rss``, ``Pss``, ``Private_Clean``, …)."""
+    found: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as file:
+            for line in file:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] == "kB":
+                    found[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    except OSError:
+        pass
+    return found
+
+
+def uss_bytes(pid: int) -> int:
+    """Memory only this process uses (what ending it would free)."""
+    rollup = smaps_rollup(pid)
+    return rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far."""
+    with open(f"/proc/{pid}/stat", "rb") as file:
+        stat = file.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+# -- session process start: forked from the template against spawned --------------------------------
+
+TEMPLATE, SPAWN = "template", "spawn"
+
+
+@dataclass
+class StartSample:
+    ready: float  # request to `ready`, seconds
+    cpu: float  # the session process's CPU seconds when ready
+    first_turn: float  # its first turn, request to the final event
+    uss: int = 0
+    pss: int = 0
+    rss: int = 0
+
+
+@dataclass
+class StartResult:
+    samples: dict[str, list[StartSample]]
+    template_ready: float  # the template's own start, to `ready`
+    template_cpu: float
+    template_uss: int
+    template_rss: int
+    errors: list[str] = field(default_factory=list)
+
+
+async def _start_one(
+    mode: str, index: int, root: Path, settings: Settings, template: SessionTemplate
+) -> tuple[ProcessSessionAdapter, StartSample]:
+    spec = SessionProcessSpec(session_dir=root / "sessions" / f"{mode}-{index:03d}", settings=settings)
+    adapter = ProcessSessionAdapter(spec, ProcessOptions(), template if mode == TEMPLATE else None)
+    began = time.perf_counter()
+    await adapter.start(f"{mode}-{index:03d}", RunConfig())
+    ready = time.perf_counter() - began
+    assert adapter.pid is not None and adapter.forked == (1 if mode == TEMPLATE else 0)
+    cpu = process_cpu(adapter.pid)
+    began = time.perf_counter()
+    final = None
+    async for event in adapter.send_message(UserMessage(PROMPT, [], DEFAULT_CONTEXT)):
+        if isinstance(event, TERMINAL_EVENTS):
+            final = event
+    if not isinstance(final, RunFinished):
+        raise RuntimeError(f"{mode} session {index}: the first turn ended with {final!r}")
+    return adapter, StartSample(ready, cpu, time.perf_counter() - began)
+
+
+async def _measure_starts(root: Path, llm: LLMProcess, count: int) -> StartResult:
+    settings = Settings(
+        provider="openai",
+        llm_base_url=llm.base_url,
+        llm_model=MODEL,
+        openai_api_key="bench-key",
+        home=root / "home",
+    )
+    init_home(settings.paths)
+    template = SessionTemplate(sys.executable, settings.paths.root, root / "session-template.log")
+    began = time.perf_counter()
+    template.start()
+    if not await template.wait_ready(120):
+        raise RuntimeError(f"the session template did not start (see {root / 'session-template.log'})")
+    assert template.pid is not None
+    result = StartResult(
+        {TEMPLATE: [], SPAWN: []},
+        time.perf_counter() - began,
+        process_cpu(template.pid),
+        uss_bytes(template.pid),
+        rss_bytes(template.pid),
+    )
+    adapters: list[tuple[str, ProcessSessionAdapter, StartSample]] = []
+    try:
+        for index in range(count):
+            for mode in (TEMPLATE, SPAWN) if index % 2 == 0 else (SPAWN, TEMPLATE):
+                try:
+                    adapter, sample = await _start_one(mode, index, root, settings, template)
+                except Exception as exc:
+                    result.errors.append(f"{mode} {index}: {type(exc).__name__}: {exc}")
+                    continue
+                adapters.append((mode, adapter, sample))
+                result.samples[mode].append(sample)
+        for _mode, adapter, sample in adapters:  # all running: the template's pages are shared
+            assert adapter.pid is not None
+            rollup = smaps_rollup(adapter.pid)
+            sample.uss = rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)
+            sample.pss, sample.rss = rollup.get("Pss", 0), rollup.get("Rss", 0)
+    finally:
+        await asyncio.gather(*(adapter.stop() for _mode, adapter, _sample in adapters))
+        await template.close()
+    return result
+
+
+def measure_session_starts(tmp: Path, llm: LLMProcess, count: int) -> StartResult:
+    """In this process, with the model settings in its environment as an exec plane has them (the
+    template warms that model up; the API key is never handed on)."""
+    saved = dict(os.environ)
+    os.environ.update(model_env(llm))
+    try:
+        return asyncio.run(_measure_starts(tmp / "session-starts", llm, count))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def start_report(result: StartResult, count: int) -> None:
+    print(
+        f"\n=== session process start: {count} forked from the session template and {count} spawned, "
+        "one after another (alternating), each then running one turn; memory with all of them running"
+    )
+    print(
+        f"{'mode':<10}{'n':>4}{'ready p50':>11}{'p90':>9}{'max':>9}{'CPU-s p50':>11}{'1st turn p50':>14}"
+        f"{'USS p50':>10}{'PSS p50':>10}{'RSS p50':>10}"
+    )
+    mib = 2**20
+    medians: dict[str, dict[str, float]] = {}
+    for mode in (TEMPLATE, SPAWN):
+        samples = result.samples[mode]
+        if not samples:
+            continue
+
+        def med(values: list[float]) -> float:
+            return percentile(values, 50)
+
+        row = {
+            "ready": med([s.ready for s in samples]),
+            "cpu": med([s.cpu for s in samples]),
+            "turn": med([s.first_turn for s in samples]),
+            "uss": med([float(s.uss) for s in samples]),
+            "pss": med([float(s.pss) for s in samples]),
+            "rss": med([float(s.rss) for s in samples]),
+        }
+        medians[mode] = row
+        print(
+            f"{mode:<10}{len(samples):>4}{ms(row['ready']):>11}"
+            f"{ms(percentile([s.ready for s in samples], 90)):>9}{ms(max(s.ready for s in samples)):>9}"
+            f"{row['cpu']:>11.3f}{ms(row['turn']):>14}{row['uss'] / mib:>10.1f}{row['pss'] / mib:>10.1f}"
+            f"{row['rss'] / mib:>10.1f}"
+        )
+    print("(ms; memory in MiB: USS = Private_Clean + Private_Dirty, PSS, RSS from /proc/<pid>/smaps_rollup)")
+    if TEMPLATE in medians and SPAWN in medians:
+        t, s = medians[TEMPLATE], medians[SPAWN]
+        print(
+            f"  ratio template / spawn (p50): ready {ratio(t['ready'], s['ready'])}, CPU "
+            f"{ratio(t['cpu'], s['cpu'])}, first turn {ratio(t['turn'], s['turn'])}, USS "
+            f"{ratio(t['uss'], s['uss'])}, PSS {ratio(t['pss'], s['pss'])}"
+        )
+    print(
+        f"  the template itself: ready {result.template_ready:.2f} s after its start, "
+        f"{result.template_cpu:.2f} CPU-s, USS {result.template_uss / mib:.0f} MiB, RSS "
+        f"{result.template_rss / mib:.0f} MiB (once per exec plane; its pages are what the forks share)"
+    )
+    for error in result.errors[:5]:
+        print(f"  error: {error}")
 
 
 # -- the workload -----------------------------------------------------------------------------------
@@ -411,6 +610,7 @@ class Result:
     cluster_name: str
     cluster_peak_rss: int = 0
     cluster_peak_processes: int = 0
+    cluster_peak_pss: int = 0
 
 
 async def chat_turn(client: httpx.AsyncClient, url: str, session_id: str, token: str | None) -> TurnSample:
@@ -525,6 +725,8 @@ def run_config(tmp: Path, llm: LLMProcess, local: Target, users: int, args: argp
     names = [f"user{index + 1}" for index in range(users)]
     data_dir = tmp / f"cluster-{users}"
     env = {**model_env(llm), "CLAWLET_HOME": str(data_dir / "home")}
+    if args.no_session_template:
+        env["CLAWLET_SESSION_TEMPLATE"] = "false"
     # a clean environment (only ``env`` of clawlet's settings) and the data directory as working
     # directory, so no stray ``.env`` is read
     cluster = LocalCluster(
@@ -593,6 +795,7 @@ def run_config(tmp: Path, llm: LLMProcess, local: Target, users: int, args: argp
         label,
         memory.peak,
         memory.peak_processes,
+        memory.peak_pss,
     )
 
 
@@ -713,14 +916,14 @@ def report(
             print(
                 f"  NOTE: {len(result.cluster_start.errors)} first turns failed. Each first turn starts "
                 "an OS process for the session on the execution plane, which gives it 60 s to be ready "
-                "(ProcessOptions.start_timeout); starting one takes over a CPU-second (importing "
-                "LangChain/LangGraph, building the engine), so on this machine only so many can start "
-                "at once: use --start-batch or fewer --sessions"
+                "(ProcessOptions.start_timeout); spawned without the session template one takes over "
+                "a CPU-second (importing LangChain/LangGraph, building the engine), so on this machine "
+                "only so many can start at once: use --start-batch or fewer --sessions"
             )
         elif started:
             print(
-                f"  starting a session process took {started / args.sessions:.2f} CPU-s each "
-                f"({started:.1f} CPU-s for {args.sessions})"
+                f"  session processes used {started / args.sessions:.2f} CPU-s each in this phase "
+                f"(starting, and the first turn; {started:.1f} CPU-s for {args.sessions})"
             )
         print("[CPU time per process group, steady state, all rounds]")
         cpu_line("local", result.local)
@@ -736,7 +939,8 @@ def report(
             print(f"  {requests_line(label, steady)}; {requests_line('start', start)}")
         print(
             f"[memory] peak RSS summed over the mode's processes: {name} "
-            f"{result.cluster_peak_rss / 2**20:.0f} MiB over {result.cluster_peak_processes} processes"
+            f"{result.cluster_peak_rss / 2**20:.0f} MiB over {result.cluster_peak_processes} processes; "
+            f"peak PSS summed {result.cluster_peak_pss / 2**20:.0f} MiB (shared pages counted once)"
         )
         for label, phase in (
             ("local start", result.local_start),
@@ -782,14 +986,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--chunks", type=int, default=20, help="text chunks per scripted answer (20)")
     parser.add_argument("--chunk-delay", type=float, default=0.004, help="seconds between chunks (0.004)")
+    parser.add_argument(
+        "--start-samples",
+        type=int,
+        default=20,
+        help="session processes started each way (forked from the template, spawned) for the session "
+        "start figures (20; 0: skip)",
+    )
+    parser.add_argument(
+        "--no-session-template",
+        action="store_true",
+        help="the cluster's exec planes spawn every session process (CLAWLET_SESSION_TEMPLATE=false)",
+    )
     parser.add_argument("--serve-llm", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_llm:
         return serve_llm(args.serve_llm, args.chunks, args.chunk_delay)
     if min(args.sessions, args.turns, args.rounds, args.chunks, args.warmup) < 1:
         parser.error("sessions, turns, rounds, chunks and warmup must be >= 1")
-    if args.start_batch < 0 or args.chunk_delay < 0:
-        parser.error("start-batch and chunk-delay must be >= 0")
+    if args.start_batch < 0 or args.chunk_delay < 0 or args.start_samples < 0:
+        parser.error("start-batch, start-samples and chunk-delay must be >= 0")
+    if args.start_samples and not template_supported():
+        parser.error("the session template needs Linux: use --start-samples 0")
     # a plain `kill` also stops the servers (the finally blocks run)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -799,6 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="clawlet-bench-cluster-") as raw_tmp:
         tmp = Path(raw_tmp)
         with LLMProcess(tmp / "llm", args.chunks, args.chunk_delay) as llm:
+            starts = measure_session_starts(tmp, llm, args.start_samples) if args.start_samples else None
             server = ClawletProcess(tmp / "local-home", env=model_env(llm))
             try:
                 url = server.start()
@@ -817,7 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 server.stop()
     report(results, local_memory, args, time.perf_counter() - began)
-    failed = any(
+    if starts is not None:
+        start_report(starts, args.start_samples)
+    failed = bool(starts and starts.errors) or any(
         phase.errors
         for result in results
         for phase in (result.local_start, result.cluster_start, result.local, result.cluster)

@@ -37,6 +37,7 @@ from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.cluster.offline import USAGE_QUEUE_FILE
 from clawlet.cluster.remote_adapter import remote_session_id
 from clawlet.cluster.session_process import CHILD_MODULE, PROCESS_LOG
+from clawlet.cluster.session_template import TEMPLATE_MODULE
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import free_port, parse_sse
 
@@ -333,24 +334,36 @@ def queued_records(cluster: LocalCluster, user: str) -> list[dict[str, Any]]:
 def session_processes(exec_plane_pid: int) -> dict[str, int]:
     """The session processes of an exec plane, found through ``/proc``: {session id: pid}.
 
-    A session process is a child of the exec plane running ``python -m <CHILD_MODULE>``; its command
-    line does not name the session, but its stderr (fd 2) is ``<session dir>/process.log``."""
-    found: dict[str, int] = {}
+    A session process is a child of the exec plane running ``python -m <CHILD_MODULE>``, or a child
+    of the exec plane's session template (``python -m <TEMPLATE_MODULE>``, which forks them); its
+    command line does not name the session, but its stderr (fd 2) is ``<session dir>/process.log``."""
+    parents: dict[int, int] = {}
+    commands: dict[int, list[bytes]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent != exec_plane_pid:
-                continue
-            if CHILD_MODULE.encode() not in (entry / "cmdline").read_bytes().split(b"\0"):
-                continue
-            stderr = Path(os.readlink(entry / "fd" / "2"))
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours
+            continue  # gone meanwhile
+    templates = {
+        pid
+        for pid, parent in parents.items()
+        if parent == exec_plane_pid and TEMPLATE_MODULE.encode() in commands[pid]
+    }
+    found: dict[str, int] = {}
+    for pid, parent in parents.items():
+        spawned = parent == exec_plane_pid and CHILD_MODULE.encode() in commands[pid]
+        if not spawned and parent not in templates:
+            continue
+        try:
+            stderr = Path(os.readlink(f"/proc/{pid}/fd/2"))
+        except OSError:
+            continue  # gone meanwhile
         if stderr.name == PROCESS_LOG:
-            found[stderr.parent.name] = int(entry.name)
+            found[stderr.parent.name] = pid
     return found
 
 

@@ -35,6 +35,12 @@
 A session that fails (its process crashes, hangs, or cannot start) reports ``RunFailed`` for the
 turn it was running and nothing else is affected; its next message starts a new process.
 
+``engine`` session processes are forked from a pre-loaded **session template** process
+(:mod:`clawlet.cluster.session_template`; it has imported the engine already, so a session starts in
+milliseconds instead of a CPU-second) that :meth:`ExecPlane.start` starts and
+:meth:`ExecPlane.shutdown` stops; a template that dies is restarted, and sessions are spawned as
+fresh interpreters meanwhile (``CLAWLET_SESSION_TEMPLATE=false``: always).
+
 **The ``openclaw`` runtime** runs the bridge adapter directly in this process, not inside a session
 process like the engine. The engine gets a process of its own so that a crash or hang of the agent's
 Python code cannot take the daemon down; the bridge already is a process of its own (Node.js, in its
@@ -73,6 +79,8 @@ Layout of ``state_dir`` (the seed's ``~/.semibot``)::
     home/.skills/<skill_id>/      skill packages fetched from the control plane (shared cache)
     sessions/<session_id>/        memory/ (conversation.md, context.json, scratchpad.md),
                                   checkpoints/, transcript/, process.log (an engine session)
+    session-template.log          the session template's log (the pre-loaded process that forks the
+                                  engine's session processes: clawlet.cluster.session_template)
     sessions/<session_id>/openclaw-memory/
                                   an openclaw session: bridge.log, skills/ (or, with a private
                                   gateway, state/openclaw.json and workspace/), OpenClaw's own state
@@ -122,6 +130,7 @@ from clawlet.cluster.session_process import (
     SessionProcessSpec,
     SkillRef,
 )
+from clawlet.cluster.session_template import SessionTemplate, template_supported
 from clawlet.cluster.skill_cache import (
     SkillIndexEntry,
     SkillPackageCache,
@@ -152,6 +161,7 @@ BRIDGE_NOTIFICATIONS: Final = frozenset({FF_USAGE_REPORT, FF_AUDIT_LOG})
 SNAPSHOT_SYNC_INTERVAL: Final = 60.0
 HOME_DIR: Final = "home"
 SESSIONS_DIR: Final = "sessions"
+TEMPLATE_LOG: Final = "session-template.log"
 SKILL_CACHE_DIR: Final = ".skills"
 """Under the shared home, so the agent's ``read_file`` and ``terminal`` reach the packages."""
 LOAD_SKILL_TOOL: Final = "load_skill"
@@ -361,6 +371,8 @@ class ExecPlane:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._stop_targets: dict[str, deque[_Session]] = {}
         self._closed = False
+        self.template: SessionTemplate | None = None
+        """Forks the ``engine`` sessions' processes (``settings.session_template``, Linux)."""
         self._frame_observer = client.on_frame
         client.on_start_session = self.start_session
         client.on_stop_session = self.stop_session
@@ -372,6 +384,14 @@ class ExecPlane:
         """Prepare the state directory and start the periodic snapshot sync."""
         await asyncio.to_thread(init_home, self.settings.paths)
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        if self.template is None and self.settings.session_template and template_supported():
+            self.template = SessionTemplate(
+                self.process_options.python,
+                self.home,
+                self.state_dir / TEMPLATE_LOG,
+                start_timeout=self.process_options.start_timeout,
+            )
+            self.template.start()
         if self._snapshot_task is None:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="exec-plane-snapshots")
 
@@ -387,6 +407,8 @@ class ExecPlane:
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("stopping session %s failed: %s", session.session_id, result)
+        if self.template is not None:
+            await self.template.close()
 
     @property
     def sessions(self) -> frozenset[str]:
@@ -424,7 +446,7 @@ class ExecPlane:
             demo_token_delay=self.demo_token_delay,
             mcp_servers=mcp_server_names(spec.data.get("mcp_servers")),
         )
-        return ProcessSessionAdapter(process_spec, self.process_options)
+        return ProcessSessionAdapter(process_spec, self.process_options, self.template)
 
     async def openclaw_bridge_adapter(self, spec: SessionSpec) -> RuntimeAdapter:
         """The ``openclaw`` runtime: the Node.js bridge driving OpenClaw, run from this process.

@@ -73,7 +73,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
@@ -99,6 +99,9 @@ from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.manager import SessionManager
 from clawlet.secret_env import held_secrets, hold_secrets, is_secret_name
 from clawlet.tools.base import ToolError
+
+if TYPE_CHECKING:
+    from clawlet.cluster.session_template import SessionTemplate
 
 CHILD_MODULE: Final = "clawlet.cluster.session_process"
 log = logging.getLogger(CHILD_MODULE)  # not __name__: the child runs this module as __main__
@@ -153,11 +156,18 @@ def _line(message: Mapping[str, Any]) -> bytes:
     return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+EXIT_UNKNOWN: Final = 256
+"""The ``returncode`` of a process whose exit status could not be learnt (not an exit code: those are
+0–255): a session process whose template died before it (:mod:`clawlet.cluster.session_template`)."""
+
+
 def describe_exit(returncode: int | None) -> str:
     """How a process ended, for an ``execution_error``: ``was killed by signal SIGKILL``, ``exited with
     code 1``."""
     if returncode is None:
         return "is still running"
+    if returncode == EXIT_UNKNOWN:
+        return "ended (its exit status is unknown: the session template that started it is gone)"
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -250,6 +260,35 @@ def child_environment() -> dict[str, str]:
     return env
 
 
+class ChildProcess(Protocol):
+    """What :class:`ProcessSessionAdapter` uses of its child: an ``asyncio.subprocess.Process`` (a
+    spawned child) or a :class:`~clawlet.cluster.session_template.TemplateChild` (a forked one)."""
+
+    stdin: asyncio.StreamWriter | None
+    stdout: asyncio.StreamReader | None
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+async def pipe_streams(
+    read_fd: int, write_fd: int, limit: int = LINE_LIMIT
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Asyncio streams over two pipe descriptors (both taken over: closed with the streams)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0))
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb", 0)
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
 @contextlib.contextmanager
 def _start_errors() -> Iterator[None]:
     try:
@@ -293,9 +332,18 @@ class ProcessSessionAdapter(RuntimeAdapter):
     ``RunCancelled`` or ``RunFailed`` and never raises for a failed process.
     """
 
-    def __init__(self, spec: SessionProcessSpec, options: ProcessOptions | None = None) -> None:
+    def __init__(
+        self,
+        spec: SessionProcessSpec,
+        options: ProcessOptions | None = None,
+        template: SessionTemplate | None = None,
+    ) -> None:
         self.spec = spec
         self.options = options or ProcessOptions()
+        self.template = template
+        """Forks the session's processes when it is up (else they are spawned)."""
+        self.forked = 0
+        """Of :attr:`starts`, the processes the template forked."""
         self.session_id: str | None = None
         self.runtime_type = "engine"
         self.turns = 0
@@ -303,7 +351,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
         """Processes started so far (more than one after a crash)."""
         self.last_exit: str | None = None
         """How the previous process ended (``exited with code 0``, ``was killed by signal SIGKILL``)."""
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: ChildProcess | None = None
         self._reader: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -458,18 +506,24 @@ class ProcessSessionAdapter(RuntimeAdapter):
         home.mkdir(parents=True, exist_ok=True)
         stderr = await asyncio.to_thread(open, spec.session_dir / PROCESS_LOG, "ab")
         with stderr, _start_errors():  # the child has its own copy of the descriptor
-            process = await asyncio.create_subprocess_exec(
-                options.python,
-                "-m",
-                CHILD_MODULE,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                env=child_environment(),
-                cwd=str(home),
-                start_new_session=True,
-                limit=LINE_LIMIT,
-            )
+            process: ChildProcess | None = None
+            if self.template is not None:
+                process = await self.template.spawn(home, stderr.fileno())
+            if process is None:
+                process = await asyncio.create_subprocess_exec(
+                    options.python,
+                    "-m",
+                    CHILD_MODULE,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=stderr,
+                    env=child_environment(),
+                    cwd=str(home),
+                    start_new_session=True,
+                    limit=LINE_LIMIT,
+                )
+            else:
+                self.forked += 1
         self.starts += 1
         self._process = process
         self._kill_reason = None
@@ -518,7 +572,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
                 return False
         return True
 
-    async def _read(self, process: asyncio.subprocess.Process) -> None:
+    async def _read(self, process: ChildProcess) -> None:
         assert process.stdout is not None
         try:
             while True:
@@ -590,7 +644,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
             reply["error"] = str(exc) or type(exc).__name__
         await self._write(reply)
 
-    def _exited(self, process: asyncio.subprocess.Process) -> None:
+    def _exited(self, process: ChildProcess) -> None:
         """The child is gone: settle whatever waited for it."""
         how = describe_exit(process.returncode)
         reason = self._kill_reason or how
@@ -613,7 +667,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
         if self._watchdog is not None and self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
 
-    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+    async def _watch(self, process: ChildProcess) -> None:
         """Kill the child when it has been silent (no heartbeat) for ``heartbeat_timeout`` seconds."""
         interval = min(self.options.heartbeat_interval, self.options.heartbeat_timeout / 2)
         while process.returncode is None:
@@ -637,7 +691,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
                 process, f"did not stop within {self.options.cancel_grace:g}s of cancel and was killed"
             )
 
-    def _kill(self, process: asyncio.subprocess.Process, reason: str) -> None:
+    def _kill(self, process: ChildProcess, reason: str) -> None:
         """SIGKILL the child, its process group, and the process groups of its descendants (tool
         subprocesses run in sessions of their own)."""
         if process.returncode is not None:
@@ -1069,13 +1123,7 @@ async def _child_main() -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(pipe_in, "rb", 0))
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(pipe_out, "wb", 0)
-    )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    reader, writer = await pipe_streams(pipe_in, pipe_out)
     try:
         return await SessionChild(reader, writer).serve()
     except (BrokenPipeError, ConnectionResetError):
@@ -1083,13 +1131,19 @@ async def _child_main() -> int:
         return 0
 
 
-def main() -> None:
+def run_child() -> int:
+    """The session process, on fd 0/1 (the pipe) and 2 (its log): spawned (:func:`main`) or forked
+    from the session template; returns the exit code."""
     from clawlet.logs import configure_logging
 
     configure_logging(
         os.environ.get("CLAWLET_LOG_FORMAT", "json"), os.environ.get("CLAWLET_LOG_LEVEL", "INFO")
     )
-    raise SystemExit(asyncio.run(_child_main()))
+    return asyncio.run(_child_main())
+
+
+def main() -> None:
+    raise SystemExit(run_child())
 
 
 if __name__ == "__main__":
