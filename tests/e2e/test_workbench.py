@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.conftest import PageErrors, Server, free_port, screenshot, start_serve, stop_serve
 
@@ -52,6 +52,41 @@ def test_navbar_shows_the_demo_model_and_sends_a_message(page: Page, server: Ser
     active = page.locator(".session.active .title-text")
     expect(active).not_to_have_text("New conversation")
     expect(page.get_by_test_id("token-usage")).to_contain_text(re.compile(r"\d+ tokens"))
+
+
+def test_a_message_typed_while_new_chat_is_being_created_goes_to_that_chat(
+    page: Page, server: Server
+) -> None:
+    """New chat, then a message before the server has created the session: one new session, holding
+    the message (a loaded machine made this race: the message created a second session)."""
+    open_app(page, server)
+    page.wait_for_load_state("networkidle")
+    before = page.get_by_test_id("session-item").count()
+    held: list[Route] = []
+
+    def hold_creation(route: Route) -> None:
+        if route.request.method == "POST":
+            held.append(route)  # answered below, once the message has been typed
+        else:
+            route.continue_()
+
+    page.route("**/api/sessions", hold_creation)
+    page.get_by_test_id("new-session").click()
+    deadline = time.monotonic() + 60
+    while not held:  # the click's POST /api/sessions has reached the route
+        assert time.monotonic() < deadline, "New chat sent no POST /api/sessions"
+        page.wait_for_timeout(50)
+    box = page.get_by_test_id("chat-input")
+    box.fill("typed before the session existed")
+    box.press("Enter")
+    for route in list(held):
+        route.continue_()
+    page.unroute("**/api/sessions")
+    expect(page.get_by_test_id("assistant-bubble").last).to_contain_text("typed before the session existed")
+    expect(page.get_by_test_id("send-button")).to_be_visible()
+    expect(page.get_by_test_id("session-item")).to_have_count(before + 1)
+    sessions = json.loads(urllib.request.urlopen(f"{server.url}/api/sessions", timeout=30).read())
+    assert len(sessions) == before + 1, sessions
 
 
 def test_tool_call_shows_a_thought_chain_and_a_second_bubble(page: Page, server: Server) -> None:

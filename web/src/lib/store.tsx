@@ -578,6 +578,9 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
   const stateRef = useRef(state)
   stateRef.current = state
   const abortRef = useRef<AbortController | null>(null)
+  // The session being created (New chat), so a message sent before it exists goes to it instead of
+  // creating a second one or landing in the previous session.
+  const creatingRef = useRef<Promise<SessionSummary> | null>(null)
 
   useEffect(() => {
     const persisted: Persisted = { theme: state.theme, lang: state.lang, widths: state.widths }
@@ -646,10 +649,19 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
       }
     }
 
+    const createSession = (): Promise<SessionSummary> => {
+      if (!creatingRef.current) {
+        creatingRef.current = api.createSession().finally(() => {
+          creatingRef.current = null
+        })
+      }
+      return creatingRef.current
+    }
+
     const newSession = async () => {
       if (stateRef.current.streaming) return
       try {
-        const session = await api.createSession()
+        const session = await createSession()
         dispatch({ type: 'session_added', session })
         dispatch({ type: 'select', id: session.id })
         dispatch({ type: 'view', view: 'chat' })
@@ -663,9 +675,9 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
       const message = text.trim() ? text : ''
       if (!message || stateRef.current.streaming) return
       let id = stateRef.current.currentId
-      if (!id) {
+      if (!id || creatingRef.current) {
         try {
-          const session = await api.createSession()
+          const session = await createSession()
           dispatch({ type: 'session_added', session })
           dispatch({ type: 'select', id: session.id })
           id = session.id
