@@ -90,10 +90,13 @@ def test_two_users_chat_and_stay_apart(cluster: LocalCluster) -> None:
         messages = history.json()["messages"]
         assert [m["role"] for m in messages] == ["user"] + ["assistant"] * replies
         assert messages[0]["content"] == text
-    # the turns ran on each user's own machine: the session directories are there only
-    alice_sessions = {p.name for p in (cluster.data_dir / "exec-planes/alice/sessions").iterdir()}
-    bob_sessions = {p.name for p in (cluster.data_dir / "exec-planes/bob/sessions").iterdir()}
-    assert len(alice_sessions) == 1 and len(bob_sessions) == 1 and alice_sessions != bob_sessions
+    # the conversation lives on each user's own machine and nowhere else: one transcript each,
+    # and the control plane keeps no home of any user
+    for user, text in (("alice", "来自-alice"), ("bob", "你好")):
+        transcript = cluster.data_dir / "exec-planes" / user / "home" / "sessions" / "s1.json"
+        assert text in transcript.read_text(encoding="utf-8")
+    assert "来自-alice" not in (cluster.data_dir / "exec-planes/bob/home/sessions/s1.json").read_text("utf-8")
+    assert not (cluster.data_dir / "control-plane" / "users").exists()
 
     # the OpenAI-compatible surface, per user
     completion = httpx.post(

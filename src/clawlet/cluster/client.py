@@ -284,6 +284,9 @@ class ControlPlaneClient:
         self.on_frame = on_frame
         self.on_start_session = on_start_session
         self.on_stop_session = on_stop_session
+        self.on_http: Callable[[Mapping[str, Any]], None] | None = None
+        """Called in order, from the reader, with each ``http_request`` / ``http_cancel`` /
+        ``http_resume`` frame (the tunnel: :class:`clawlet.cluster.tunnel.TunnelServer`)."""
         self.stream_id = uuid.uuid4().hex[:16]
         """Numbers this process's SSE events (``sse_event.stream``)."""
         self.connects = 0
@@ -567,6 +570,17 @@ class ControlPlaneClient:
         await self.fire_and_forget(session_id, FF_EVOLUTION_SUBMIT, **skill_data)
 
     # -- SSE -----------------------------------------------------------------------------------
+
+    async def send_frame(self, frame: Mapping[str, Any]) -> bool:
+        """Send ``frame`` now if connected; ``False`` (nothing kept) if not."""
+        conn = self._conn
+        if conn is None or conn.lost:
+            return False
+        try:
+            await self._send(conn, frame)
+        except Exception:
+            return False
+        return True
 
     async def send_sse_event(self, session_id: str, data: Any) -> int:
         """Forward one SSE event of a session; buffered while disconnected. Returns its ``seq``."""
@@ -1006,6 +1020,14 @@ class ControlPlaneClient:
                 log.warning(
                     "the control plane reported %s: %s", frame["error"]["code"], frame["error"]["message"]
                 )
+        elif frame["type"] in ("http_request", "http_cancel", "http_resume"):
+            if self.on_http is None:
+                log.warning("no HTTP tunnel here; dropping a %s frame", frame["type"])
+            else:
+                try:
+                    self.on_http(frame)
+                except Exception:
+                    log.exception("the HTTP tunnel failed on a %s frame", frame["type"])
         elif frame["type"] == "heartbeat":
             ack = conn.ack_waiters.get(frame.get("id", ""))
             if ack is not None and not ack.done():

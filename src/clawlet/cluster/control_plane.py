@@ -73,6 +73,7 @@ from clawlet.cluster.auth import (
     issue_vm_token,
     verify_vm_token,
 )
+from clawlet.cluster.broker import Broker, broker_from_url
 from clawlet.cluster.cp_db import (
     ControlPlaneStore,
     SessionRecord,
@@ -91,6 +92,7 @@ from clawlet.cluster.cp_userdata import (
     UserMcpServers,
     check_user_id,
 )
+from clawlet.cluster.http_routing import TunnelRouter
 from clawlet.cluster.protocol import (
     AUTH,
     AUTH_TIMEOUT,
@@ -193,6 +195,8 @@ class ControlPlaneConfig:
     """Wall clock of tickets (injectable for tests)."""
     embedder: EmbeddingClient | None = None
     """Vectors for long-term memory search (keyword search works without)."""
+    redis_url: str | None = None
+    """The broker between control-plane instances (``CLAWLET_REDIS_URL``); none: in-process."""
 
     @property
     def ws_url(self) -> str:
@@ -476,7 +480,13 @@ class ControlPlane:
     """Execution-plane connections, request handlers, records, and session routing (see the module
     docstring)."""
 
-    def __init__(self, config: ControlPlaneConfig, *, store: ControlPlaneStore | None = None) -> None:
+    def __init__(
+        self,
+        config: ControlPlaneConfig,
+        *,
+        store: ControlPlaneStore | None = None,
+        broker: Broker | None = None,
+    ) -> None:
         if len(config.jwt_secret.encode("utf-8")) < MIN_SECRET_BYTES:
             raise ValueError(f"the JWT secret must be at least {MIN_SECRET_BYTES} bytes")
         config.ws_url  # noqa: B018 (validates public_url now rather than at the first credentials)
@@ -505,8 +515,18 @@ class ControlPlane:
             METHOD_MCP_CALL: self._mcp_call,
         }
         self._closed = False
+        self.broker: Broker = broker if broker is not None else broker_from_url(config.redis_url)
+        self.tunnel = TunnelRouter(self.broker, self._send_to_user)
+        self._started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect the broker and listen on this instance's channel (the app's lifespan does it)."""
+        if not self._started:
+            self._started = True
+            await self.broker.start()
+            await self.tunnel.start()
 
     async def aclose(self) -> None:
         """Close every execution-plane connection and stop running requests (the database stays
@@ -521,6 +541,9 @@ class ControlPlane:
         await asyncio.gather(*tasks, return_exceptions=True)
         for state in self._sessions.values():
             state.end_subscriptions()
+        if self._started:
+            await self.tunnel.aclose()
+            await self.broker.aclose()  # releases this instance's presence records
 
     def close(self) -> None:
         self.store.close()
@@ -688,6 +711,10 @@ class ControlPlane:
 
     # -- observations --------------------------------------------------------------------------
 
+    async def exec_plane_online(self, user_id: str) -> bool:
+        """Whether any control-plane instance holds ``user_id``'s execution plane."""
+        return user_id in self._links or await self.broker.holder(user_id) is not None
+
     def is_connected(self, user_id: str) -> bool:
         link = self._links.get(user_id)
         return link is not None and not link.closed
@@ -721,20 +748,27 @@ class ControlPlane:
         if state is None:
             state = self._new_state(session_id, user_id, "running")
         state.status = "running"
-        runtime_type, model = await asyncio.to_thread(self.resolve_session_runtime, user_id, config)
-        data = {**dict(config), "session_id": session_id, "runtime_type": runtime_type}
+        data = await asyncio.to_thread(self.session_config, user_id, config)
+        frame = start_session_frame({**data, "session_id": session_id})
+        await self._send_or_unavailable(link, dict(frame))
+        return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)
+
+    def session_config(self, user_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        """``config`` completed with what the control plane stores: the resolved ``runtime_type``
+        and model (in ``agent_config``), the user's MCP server names and skill index. ``init`` carries
+        it for ``{}``: the defaults of the sessions the user's execution plane starts itself."""
+        runtime_type, model = self.resolve_session_runtime(user_id, config)
+        data = {**dict(config), "runtime_type": runtime_type}
         data.pop("model_settings", None)
         if model:  # the resolved model replaces the agent's own model settings
             agent = data.get("agent_config")
             agent = agent if isinstance(agent, Mapping) else {}
             data["agent_config"] = {**{k: v for k, v in agent.items() if k not in MODEL_KEYS}, **model}
         if "mcp_servers" not in data:  # the user's remote MCP servers, by name (called via mcp_call)
-            data["mcp_servers"] = sorted(await asyncio.to_thread(self.mcp.servers, user_id))
+            data["mcp_servers"] = sorted(self.mcp.servers(user_id))
         if "skill_index" not in data:  # the registry's skills the user sees (fetched lazily)
-            data["skill_index"] = await asyncio.to_thread(self.skill_index, user_id)
-        frame = start_session_frame(data)
-        await self._send_or_unavailable(link, dict(frame))
-        return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)
+            data["skill_index"] = self.skill_index(user_id)
+        return data
 
     async def send_user_message(self, user_id: str, session_id: str, data: Mapping[str, Any]) -> None:
         """Deliver a user message to the session's process."""
@@ -937,6 +971,7 @@ class ControlPlane:
             "vm_id": link.vm_id,
             INIT_HEARTBEAT_ACK: True,
             INIT_EVENT_ENCODING: EVENT_ENCODING,
+            **await asyncio.to_thread(self.session_config, user.id, {}),
         }
         if user.org_id:
             data["org_id"] = user.org_id
@@ -949,6 +984,10 @@ class ControlPlane:
         self._links[user.id] = link
         if previous is not None and not previous.closed:
             self._spawn(self._close_link(previous, CLOSE_REPLACED, "replaced by a newer connection"))
+        try:
+            await self.tunnel.connected(user.id)
+        except Exception:  # a broker outage must not cost the user their socket
+            log.exception("could not record that this instance holds user %s's execution plane", user.id)
         log.info(
             "execution plane %s of user %s connected (%s)",
             link.vm_id,
@@ -962,6 +1001,8 @@ class ControlPlane:
         if self._links.get(link.user_id) is link:
             del self._links[link.user_id]
             log.info("execution plane %s of user %s disconnected", link.vm_id, link.user_id)
+            with contextlib.suppress(Exception):
+                await self.tunnel.disconnected(link.user_id)
             try:
                 await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, link.user_id, False)
             except Exception:
@@ -1023,6 +1064,8 @@ class ControlPlane:
                         await self._send(link, heartbeat_frame(ack_id=frame["id"]))
                 elif frame["type"] == "resume":
                     await self._resume(link, frame)
+                elif frame["type"] == "http_response" or frame["type"] == "http_body":
+                    await self.tunnel.from_exec_plane(link.user_id, frame)
                 elif frame["type"] == "auth":
                     log.debug("ignoring a repeated auth frame from %s", link.vm_id)
                 else:
@@ -1279,6 +1322,7 @@ def create_control_plane_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
         yield
         await service.aclose()
         if owned:

@@ -107,6 +107,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
+from fastapi import FastAPI
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from clawlet.api.app import create_app
+from clawlet.api.errors import error_body
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
 from clawlet.cluster.events import forward_event
 from clawlet.cluster.openclaw_bridge import (
@@ -138,6 +144,7 @@ from clawlet.cluster.skill_cache import (
     check_requirements,
     parse_skill_index,
 )
+from clawlet.cluster.tunnel import TunnelServer
 from clawlet.config import Settings
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import TERMINAL_EVENTS, RunCancelled, RunFailed, RunFinished, TextDelta
@@ -373,6 +380,11 @@ class ExecPlane:
         self._closed = False
         self.template: SessionTemplate | None = None
         """Forks the ``engine`` sessions' processes (``settings.session_template``, Linux)."""
+        self.api_app: FastAPI | None = None
+        """The user's local-mode app over :attr:`home`: what the control plane's API tunnels to."""
+        self._api_stack = contextlib.AsyncExitStack()
+        self.tunnel = TunnelServer(self._serve_api, client.send_frame)
+        client.on_http = self.tunnel.handle
         self._frame_observer = client.on_frame
         client.on_start_session = self.start_session
         client.on_stop_session = self.stop_session
@@ -392,8 +404,35 @@ class ExecPlane:
                 start_timeout=self.process_options.start_timeout,
             )
             self.template.start()
+        if self.api_app is None:
+            app = await asyncio.to_thread(self._build_api_app)
+            await self._api_stack.enter_async_context(app.router.lifespan_context(app))
+            self.api_app = app
         if self._snapshot_task is None:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="exec-plane-snapshots")
+
+    def _build_api_app(self) -> FastAPI:
+        settings = self.settings.model_copy(
+            update={
+                "api_token": None,
+                "api_keys": None,
+                "gateway_port": None,
+                "gateway_token": None,
+                "database_url": None,
+                "workspace_base": None,
+                "openclaw_config_path": self.home / "openclaw" / "openclaw.json",
+                "inbox_backend": "local",
+            }
+        )
+        # the control plane checked Host and Origin of the tunnelled requests
+        return create_app(settings, demo_token_delay=self.demo_token_delay, check_origins=False)
+
+    async def _serve_api(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.api_app is None:
+            starting = error_body("starting", "the execution plane is starting")
+            await JSONResponse(starting, status_code=503)(scope, receive, send)
+            return
+        await self.api_app(scope, receive, send)
 
     async def shutdown(self) -> None:
         """Stop every session (running turns are cancelled; a last snapshot is sent if connected)."""
@@ -407,6 +446,8 @@ class ExecPlane:
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("stopping session %s failed: %s", session.session_id, result)
+        await self.tunnel.aclose()
+        await self._api_stack.aclose()
         if self.template is not None:
             await self.template.close()
 

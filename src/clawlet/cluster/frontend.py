@@ -8,12 +8,14 @@
   the UIs ask before showing their sign-in screen;
 * ``/api/*``, ``/v1/*``, ``/process`` — the local-mode API (workbench, inbox, OpenAI-compatible,
   native agent, Open WebUI loader) of the user the bearer token belongs to (tokens are made with
-  ``clawlet control-plane add-user`` / ``token``). Each user has an app of their own
-  (:class:`UserApps`) over their own home, ``<data_dir>/users/<user_id>/home`` (transcripts, inbox
-  database, workspace files), whose sessions run on that user's execution plane
-  (:class:`~clawlet.cluster.remote_adapter.RemoteAdapter`). A user's token reaches only that user's
-  app, so no request can name another user's sessions, files or tasks: they do not exist there.
-  A missing or unknown token gets the surface's 401;
+  ``clawlet control-plane add-user`` / ``token``), answered by **that user's execution plane**: the
+  request goes through the HTTP tunnel (:mod:`clawlet.cluster.api_proxy`,
+  :mod:`clawlet.cluster.http_routing`) to the local-mode app the execution plane runs over its own
+  home, from whichever control-plane instance holds its socket. The conversation, the workspace files,
+  memory, approvals and the inbox live on the user's machine and nowhere else, so no request can
+  name another user's sessions, files or tasks: they do not exist there. A missing or unknown token
+  gets the surface's 401; a user whose execution plane is offline gets their session list and
+  histories read-only and 503 ``exec_plane_offline`` for anything else;
 * ``/api/cluster/*`` — what only cluster mode has, for the token's user: ``GET /api/cluster/me``
   (the user, whether their execution plane is connected) and ``GET
   /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events as the
@@ -31,9 +33,8 @@
 
 The OpenClaw gateway WebSocket (``/gateway``) of local mode is not served in cluster mode.
 
-The agent itself (its workspace Markdown files, skills, MEMORY.md, knowledge) lives on the user's
-machine, in the execution plane's home; the files the workbench edits here are the control plane's
-copy of the user's home (used for titles, token counts and compression here).
+The control plane keeps no copy of a user's home: only users, tokens, the event log and the
+transcripts the execution planes sync for offline reading.
 """
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from clawlet.api.app import create_app, is_guarded, refuse
+from clawlet.api.app import is_guarded, refuse
 from clawlet.api.errors import ApiError, install_error_handlers
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.sse import KEEPALIVE
 from clawlet.api.static import install_static
+from clawlet.cluster.api_proxy import TunnelProxy
 from clawlet.cluster.control_plane import (
     ControlPlane,
     ControlPlaneConfig,
@@ -66,12 +68,8 @@ from clawlet.cluster.control_plane import (
     SessionNotFound,
     create_control_plane_app,
 )
-from clawlet.cluster.cp_userdata import user_dir
 from clawlet.cluster.events import seed_event
-from clawlet.cluster.remote_adapter import RemoteAdapter, remote_session_id
 from clawlet.config import Settings
-from clawlet.engine.agent import AgentEngine
-from clawlet.runtime.manager import AdapterFactory
 
 log = logging.getLogger(__name__)
 
@@ -86,75 +84,14 @@ def bearer_token(scope: Scope) -> str | None:
     return authorization[7:].strip() or None
 
 
-class UserApps:
-    """One local-mode clawlet app per user, built on first use and kept until :meth:`aclose`."""
-
-    def __init__(self, plane: ControlPlane, settings: Settings) -> None:
-        self.plane = plane
-        self.settings = settings
-        self._apps: dict[str, FastAPI] = {}
-        self._lock = asyncio.Lock()
-        self._stack = contextlib.AsyncExitStack()
-
-    def home_of(self, user_id: str) -> Any:
-        return user_dir(self.plane.data_dir / "users", user_id) / "home"
-
-    async def get(self, user_id: str) -> FastAPI:
-        app = self._apps.get(user_id)
-        if app is not None:
-            return app
-        async with self._lock:
-            app = self._apps.get(user_id)
-            if app is None:
-                app = await asyncio.to_thread(self._build, user_id)
-                await self._stack.enter_async_context(app.router.lifespan_context(app))
-                self._apps[user_id] = app
-                log.info("serving the API of user %s", user_id)
-        return app
-
-    def _build(self, user_id: str) -> FastAPI:
-        home = self.home_of(user_id)
-        # everything a user's app keeps is under their home: settings that point elsewhere (a shared
-        # database, workspace base, openclaw.json or OpenClaw gateway) would be shared by all users
-        settings = self.settings.model_copy(
-            update={
-                "home": home,
-                "api_token": None,
-                "api_keys": None,
-                "gateway_port": None,
-                "gateway_token": None,
-                "database_url": None,
-                "workspace_base": None,
-                "openclaw_config_path": home / "openclaw" / "openclaw.json",
-                "inbox_backend": "local",
-            }
-        )
-
-        def runtimes(workspace: str, _engine: AgentEngine) -> dict[str, AdapterFactory]:
-            def remote() -> RemoteAdapter:
-                return RemoteAdapter(self.plane, user_id, workspace)
-
-            # every runtime type goes to the execution plane, which resolves and checks it
-            return {"engine": remote}
-
-        # the frontend's own guard already checked Host and Origin (create_cluster_app)
-        return create_app(settings, runtimes=runtimes, check_origins=False)
-
-    async def aclose(self) -> None:
-        await self._stack.aclose()
-        self._apps.clear()
-
-
 class ClusterFrontend:
     """ASGI: every request passes the Host and Origin checks of ``policy`` (``/ws/vm`` too); then
     guarded paths go to the token's user's app, everything else to the control plane's."""
 
-    def __init__(
-        self, control_app: FastAPI, plane: ControlPlane, users: UserApps, policy: OriginPolicy
-    ) -> None:
+    def __init__(self, control_app: FastAPI, plane: ControlPlane, policy: OriginPolicy) -> None:
         self.control_app = control_app
         self.plane = plane
-        self.users = users
+        self.proxy = TunnelProxy(plane.tunnel)
         self.cluster_api = cluster_api(plane)
         self.checked = OriginGuard(self.route, policy)
 
@@ -174,8 +111,7 @@ class ClusterFrontend:
         if scope.get("path", "").startswith(CLUSTER_API):
             await self.cluster_api(scope, receive, send)
             return
-        app: ASGIApp = await self.users.get(user.id)
-        await app(scope, receive, send)
+        await self.proxy(scope, receive, send)
 
 
 def cluster_api(plane: ControlPlane) -> FastAPI:
@@ -187,7 +123,7 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
     @app.get("/api/cluster/me")
     async def me(request: Request) -> dict[str, Any]:
         user_id: str = request.state.user_id
-        return {"user_id": user_id, "exec_plane_connected": plane.is_connected(user_id)}
+        return {"user_id": user_id, "exec_plane_connected": await plane.exec_plane_online(user_id)}
 
     @app.get("/api/cluster/sessions/{session_id}/events")
     async def session_events(
@@ -200,7 +136,7 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
         user_id: str = request.state.user_id
         if last_event_id:
             after = resume_after(last_event_id, epoch, after)
-        remote_id = remote_session_id(user_id, workspace, session_id)
+        remote_id = session_id
         try:
             subscription = plane.subscribe(user_id, remote_id, after=after)
         except (SessionNotFound, SessionForbidden):
@@ -246,15 +182,11 @@ def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = N
     """The control plane with every user's HTTP API and the UIs (see the module docstring).
     ``settings`` supplies the model used here for titles and compression (default: the environment's)."""
     plane = ControlPlane(config)
-    users = UserApps(plane, settings or Settings())
+    settings = settings or Settings()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
-        # execution-plane links first: the users' apps then stop without stopping remote sessions,
-        # which keep running on the user machines across a restart of the control plane
-        await plane.aclose()
-        await users.aclose()
         plane.close()
 
     control_app = create_control_plane_app(plane=plane)
@@ -266,6 +198,7 @@ def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = N
             "status": "ok",
             "mode": "cluster",
             "connected_exec_planes": len(plane.connected_users()),
+            "instance_id": plane.broker.instance_id,
         }
 
     @control_app.get("/auth")
@@ -281,8 +214,8 @@ def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = N
 
     install_static(control_app)
     # execution planes connect to the public URL, so its host name is one this server answers to
-    policy = OriginPolicy.from_settings(users.settings, also_hosts=[urlsplit(config.public_url).netloc])
-    return ClusterFrontend(control_app, plane, users, policy)
+    policy = OriginPolicy.from_settings(settings, also_hosts=[urlsplit(config.public_url).netloc])
+    return ClusterFrontend(control_app, plane, policy)
 
 
 def _chain(outer: Any, inner: Any) -> Any:

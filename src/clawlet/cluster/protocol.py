@@ -17,6 +17,11 @@ control plane's ``/ws/vm`` endpoint. Every message is one JSON text frame with a
     exec → control   resume          {type, pending_ids: [id, …]}                   after a reconnect
     control → exec   resume_response {type, results: {id: {status:"completed", data} | {status:"lost"}}}
     control → exec   error           {type, error: {code, message}, id?}            refusals
+    control → exec   http_request    {type, id, method, path, query, headers, body}  (the tunnel, below)
+    exec → control   http_response   {type, id, status, headers}
+    exec → control   http_body       {type, id, n, body, more}
+    control → exec   http_cancel     {type, id}
+    control → exec   http_resume     {type, id, after}
 
 Connecting (the control plane must follow this):
 
@@ -53,6 +58,16 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   finished with an error) and ``{status:"pending"}`` (still running: its ``response`` will follow on the
   new connection). An id missing from ``results``, or any other status, counts as ``lost``.
 
+**The HTTP tunnel** (a clawlet extension; :mod:`clawlet.cluster.tunnel`): every request a user makes
+to the control plane's API is run by the execution plane's own local-mode app. ``http_request`` carries
+it (``headers`` a list of ``[name, value]`` pairs, ``body`` base64, ``id`` chosen by the control
+plane); the answer is one ``http_response`` (status, headers) and ``http_body`` frames numbered ``n``
+= 1, 2, … (``body`` base64; the last has ``more: false``). ``http_cancel`` says the client went away;
+``http_resume {after}`` asks the execution plane to send again the frames after ``n = after``
+(``http_response`` counts as ``n = 0``, so ``after: -1`` resends everything) — after a reconnect, or
+when another control-plane instance took the connection over. Frames of a request may arrive twice:
+the control plane drops an ``http_body`` whose ``n`` it has.
+
 Parsing is lenient the usual way: unknown fields are ignored and missing optional fields get
 defaults; a frame that is not JSON, not an object, of an unknown ``type``, or whose required field
 is missing or of the wrong type raises :class:`FrameError` naming the problem.
@@ -60,6 +75,7 @@ is missing or of the wrong type raises :class:`FrameError` naming the problem.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -81,6 +97,11 @@ HEARTBEAT: Final = "heartbeat"
 RESUME: Final = "resume"
 RESUME_RESPONSE: Final = "resume_response"
 ERROR: Final = "error"
+HTTP_REQUEST: Final = "http_request"
+HTTP_RESPONSE: Final = "http_response"
+HTTP_BODY: Final = "http_body"
+HTTP_CANCEL: Final = "http_cancel"
+HTTP_RESUME: Final = "http_resume"
 
 MessageType = Literal[
     "auth",
@@ -97,6 +118,11 @@ MessageType = Literal[
     "resume",
     "resume_response",
     "error",
+    "http_request",
+    "http_response",
+    "http_body",
+    "http_cancel",
+    "http_resume",
 ]
 MESSAGE_TYPES: Final[frozenset[str]] = frozenset(
     {
@@ -114,10 +140,15 @@ MESSAGE_TYPES: Final[frozenset[str]] = frozenset(
         RESUME,
         RESUME_RESPONSE,
         ERROR,
+        HTTP_REQUEST,
+        HTTP_RESPONSE,
+        HTTP_BODY,
+        HTTP_CANCEL,
+        HTTP_RESUME,
     }
 )
 FROM_EXEC_PLANE: Final[frozenset[str]] = frozenset(
-    {AUTH, REQUEST, FIRE_AND_FORGET, SSE_EVENT, HEARTBEAT, RESUME}
+    {AUTH, REQUEST, FIRE_AND_FORGET, SSE_EVENT, HEARTBEAT, RESUME, HTTP_RESPONSE, HTTP_BODY}
 )
 """Types the execution plane sends."""
 FROM_CONTROL_PLANE: Final[frozenset[str]] = MESSAGE_TYPES - FROM_EXEC_PLANE
@@ -323,6 +354,53 @@ class ErrorFrame(TypedDict):
     """Set when the error is about one request."""
 
 
+Header = tuple[str, str]
+
+
+class HttpRequestFrame(TypedDict):
+    type: Literal["http_request"]
+    id: str
+    method: str
+    path: str
+    query: str
+    headers: list[Header]
+    body: str
+    """Base64."""
+
+
+class HttpResponseFrame(TypedDict):
+    type: Literal["http_response"]
+    id: str
+    status: int
+    headers: list[Header]
+
+
+class HttpBodyFrame(TypedDict):
+    type: Literal["http_body"]
+    id: str
+    n: int
+    body: str
+    """Base64."""
+    more: bool
+    lost: NotRequired[bool]
+    """On the last frame: the execution plane no longer has the frames a resume asked for (it
+    restarted, or the response outgrew what it keeps), so the response is cut here."""
+
+
+class HttpCancelFrame(TypedDict):
+    type: Literal["http_cancel"]
+    id: str
+
+
+class HttpResumeFrame(TypedDict):
+    type: Literal["http_resume"]
+    id: str
+    after: int
+
+
+HttpFrame = HttpResponseFrame | HttpBodyFrame
+"""What the execution plane answers an ``http_request`` with."""
+
 Frame = (
     AuthFrame
     | InitFrame
@@ -338,6 +416,11 @@ Frame = (
     | ResumeFrame
     | ResumeResponseFrame
     | ErrorFrame
+    | HttpRequestFrame
+    | HttpResponseFrame
+    | HttpBodyFrame
+    | HttpCancelFrame
+    | HttpResumeFrame
 )
 
 
@@ -466,6 +549,52 @@ def error_frame(code: str, message: str, request_id: str | None = None) -> Error
     if request_id is not None:
         frame["id"] = request_id
     return frame
+
+
+def http_request_frame(
+    request_id: str, method: str, path: str, query: str, headers: list[Header], body: bytes
+) -> HttpRequestFrame:
+    return {
+        "type": "http_request",
+        "id": request_id,
+        "method": method,
+        "path": path,
+        "query": query,
+        "headers": headers,
+        "body": base64.b64encode(body).decode("ascii"),
+    }
+
+
+def http_response_frame(request_id: str, status: int, headers: list[Header]) -> HttpResponseFrame:
+    return {"type": "http_response", "id": request_id, "status": status, "headers": headers}
+
+
+def http_body_frame(request_id: str, n: int, body: bytes, more: bool) -> HttpBodyFrame:
+    return {
+        "type": "http_body",
+        "id": request_id,
+        "n": n,
+        "body": base64.b64encode(body).decode("ascii"),
+        "more": more,
+    }
+
+
+def http_lost_frame(request_id: str, n: int) -> HttpBodyFrame:
+    """The last frame of a response the execution plane can no longer resume."""
+    return {"type": "http_body", "id": request_id, "n": n, "body": "", "more": False, "lost": True}
+
+
+def http_cancel_frame(request_id: str) -> HttpCancelFrame:
+    return {"type": "http_cancel", "id": request_id}
+
+
+def http_resume_frame(request_id: str, after: int) -> HttpResumeFrame:
+    return {"type": "http_resume", "id": request_id, "after": after}
+
+
+def frame_body(frame: HttpRequestFrame | HttpBodyFrame) -> bytes:
+    """The decoded ``body`` of a tunnel frame (already checked to be base64 by the parser)."""
+    return base64.b64decode(frame["body"])
 
 
 def encode(frame: Mapping[str, Any]) -> str:
@@ -687,6 +816,92 @@ def _parse_error(obj: Mapping[str, Any]) -> ErrorFrame:
     return frame
 
 
+def _base64(obj: Mapping[str, Any], key: str, kind: str) -> str:
+    value = obj.get(key, "")
+    if not isinstance(value, str):
+        raise FrameError(f"{kind} frame: {key!r} must be a base64 string")
+    try:
+        base64.b64decode(value, validate=True)
+    except ValueError:
+        raise FrameError(f"{kind} frame: {key!r} is not valid base64") from None
+    return value
+
+
+def _headers(obj: Mapping[str, Any], kind: str) -> list[Header]:
+    value = obj.get("headers") or []
+    if not isinstance(value, list) or not all(
+        isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
+        for pair in value
+    ):
+        raise FrameError(f"{kind} frame: 'headers' must be a list of [name, value] strings")
+    return [(name, header) for name, header in value]
+
+
+def _count(obj: Mapping[str, Any], key: str, kind: str, minimum: int) -> int:
+    value = obj.get(key)
+    if not _int(value) or value < minimum:
+        raise FrameError(f"{kind} frame: {key!r} must be an integer >= {minimum} (got {value!r})")
+    return cast(int, value)
+
+
+def _parse_http_request(obj: Mapping[str, Any]) -> HttpRequestFrame:
+    query = obj.get("query", "")
+    if not isinstance(query, str):
+        raise FrameError("http_request frame: 'query' must be a string")
+    path = _text(obj, "path", HTTP_REQUEST)
+    if not path.startswith("/"):
+        raise FrameError("http_request frame: 'path' must start with /")
+    return {
+        "type": "http_request",
+        "id": _text(obj, "id", HTTP_REQUEST),
+        "method": _text(obj, "method", HTTP_REQUEST).upper(),
+        "path": path,
+        "query": query,
+        "headers": _headers(obj, HTTP_REQUEST),
+        "body": _base64(obj, "body", HTTP_REQUEST),
+    }
+
+
+def _parse_http_response(obj: Mapping[str, Any]) -> HttpResponseFrame:
+    status = _count(obj, "status", HTTP_RESPONSE, 100)
+    if status > 599:
+        raise FrameError(f"http_response frame: status {status} is not an HTTP status")
+    return {
+        "type": "http_response",
+        "id": _text(obj, "id", HTTP_RESPONSE),
+        "status": status,
+        "headers": _headers(obj, HTTP_RESPONSE),
+    }
+
+
+def _parse_http_body(obj: Mapping[str, Any]) -> HttpBodyFrame:
+    more = obj.get("more", False)
+    if not isinstance(more, bool):
+        raise FrameError("http_body frame: 'more' must be true or false")
+    frame: HttpBodyFrame = {
+        "type": "http_body",
+        "id": _text(obj, "id", HTTP_BODY),
+        "n": _count(obj, "n", HTTP_BODY, 1),
+        "body": _base64(obj, "body", HTTP_BODY),
+        "more": more,
+    }
+    if obj.get("lost") is True:
+        frame["lost"] = True
+    return frame
+
+
+def _parse_http_cancel(obj: Mapping[str, Any]) -> HttpCancelFrame:
+    return {"type": "http_cancel", "id": _text(obj, "id", HTTP_CANCEL)}
+
+
+def _parse_http_resume(obj: Mapping[str, Any]) -> HttpResumeFrame:
+    return {
+        "type": "http_resume",
+        "id": _text(obj, "id", HTTP_RESUME),
+        "after": _count(obj, "after", HTTP_RESUME, -1),
+    }
+
+
 _PARSERS: dict[str, Callable[[Mapping[str, Any]], Frame]] = {
     AUTH: _parse_auth,
     INIT: _parse_init,
@@ -702,4 +917,9 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Frame]] = {
     RESUME: _parse_resume,
     RESUME_RESPONSE: _parse_resume_response,
     ERROR: _parse_error,
+    HTTP_REQUEST: _parse_http_request,
+    HTTP_RESPONSE: _parse_http_response,
+    HTTP_BODY: _parse_http_body,
+    HTTP_CANCEL: _parse_http_cancel,
+    HTTP_RESUME: _parse_http_resume,
 }
