@@ -1,8 +1,9 @@
 """One lossless event path: a cluster turn carries what the same turn carries locally.
 
-The execution plane forwards clawlet's own typed events (:func:`clawlet.events.event_to_json`) over
-``/ws/vm`` and the control plane's ``RemoteAdapter`` decodes them back, so its ``SessionManager``
-sees what a local run produces; the seed-001 names are made only at the
+A cluster turn runs on the execution plane's own local-mode app (the HTTP tunnel), so the API
+streams what a local run produces; the execution plane also forwards clawlet's typed events
+(:func:`clawlet.events.event_to_json`) over ``/ws/vm`` for the control plane's event log, and the
+seed-001 names are made only at the
 ``/api/cluster/sessions/{id}/events`` edge (:mod:`clawlet.cluster.events`).
 
 A real cluster (a control plane and an execution plane as separate processes on loopback) and a

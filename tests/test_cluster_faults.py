@@ -35,7 +35,6 @@ from clawlet.cluster.cp_db import ControlPlaneStore, default_database_url
 from clawlet.cluster.frontend import resume_after
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.cluster.offline import USAGE_QUEUE_FILE
-from clawlet.cluster.remote_adapter import remote_session_id
 from clawlet.cluster.session_process import CHILD_MODULE, PROCESS_LOG
 from clawlet.cluster.session_template import TEMPLATE_MODULE
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
@@ -385,7 +384,7 @@ def test_control_plane_killed_mid_turn_and_restarted(
     cluster = make_cluster(["alice"], exec_env=llm_env(llm))
     store = open_store(cluster)
     request.addfinalizer(store.close)
-    remote_id = remote_session_id("alice", "", "s1")
+    remote_id = "s1"  # the exec plane's id of the session: the API's own (it runs there)
     assert names(chat(cluster, "alice", "first turn", "s1"))[-2:] == ["done", "title"]
 
     # a turn whose tool waits for the gate; the control plane dies while it waits
@@ -573,10 +572,10 @@ def test_a_killed_session_process_fails_only_its_turn(
         stream.wait_for(is_type("tool_call_start", tool_name="python_repl"), f"{sid}'s tool to start")
 
     alice_pid, bob_pid = (cluster.processes[f"exec-plane-{user}"].pid for user in ("alice", "bob"))
-    victim_id = remote_session_id("alice", "", "victim")
+    victim_id = "victim"
     children, bobs = session_processes(alice_pid), session_processes(bob_pid)
-    assert victim_id in children and remote_session_id("alice", "", "neighbour") in children, children
-    assert list(bobs) == [remote_session_id("bob", "", "other-user")], bobs
+    assert victim_id in children and "neighbour" in children, children
+    assert list(bobs) == ["other-user"], bobs
     os.kill(children[victim_id], signal.SIGKILL)
 
     victim = turns["victim"].wait()

@@ -1,6 +1,5 @@
-"""Cluster mode's front door in-process: user API tokens, the runtime-type precedence chain, session
-id namespacing, decoding the exec plane's events, and the ``clawlet control-plane`` admin
-commands (as a user runs them, in a subprocess)."""
+"""Cluster mode's front door in-process: user API tokens, the runtime-type precedence chain, and the
+``clawlet control-plane`` admin commands (as a user runs them, in a subprocess)."""
 
 from __future__ import annotations
 
@@ -15,9 +14,6 @@ import pytest
 
 from clawlet.cluster.control_plane import ControlPlane, resolve_runtime_type
 from clawlet.cluster.cp_cli import build_config
-from clawlet.cluster.remote_adapter import RemoteRunFailed, decode_remote_event, remote_session_id
-from clawlet.events import TextDelta, Thinking, ToolEnd, ToolStart, event_to_json
-from clawlet.sessions.store import validate_session_id
 
 
 @pytest.fixture
@@ -72,34 +68,6 @@ def test_runtime_type_precedence_session_agent_user_org_default(plane: ControlPl
     assert plane.resolve_runtime_type("carol", config) == "semigraph"
     plane.update_user("carol", runtime_type="")  # cleared: the organisation's again
     assert plane.resolve_runtime_type("carol", {}) == "openclaw"
-
-
-def test_remote_session_ids_are_per_user_and_workspace_and_valid() -> None:
-    ids = {
-        remote_session_id("alice", "", "s1"),
-        remote_session_id("bob", "", "s1"),
-        remote_session_id("alice", "research", "s1"),
-        remote_session_id("alice", "", "s2"),
-    }
-    assert len(ids) == 4
-    assert remote_session_id("alice", "", "s1") == remote_session_id("alice", "", "s1")
-    long = remote_session_id("a@b.c", "ws", "x" * 128)
-    for each in [*ids, long]:
-        assert validate_session_id(each) == each and len(each) <= 128
-
-
-def test_exec_plane_events_are_decoded_back_into_the_same_events() -> None:
-    for event in (
-        TextDelta("你好"),
-        Thinking("hm"),
-        ToolStart("terminal", "ls", "c1"),
-        ToolEnd("t", "x", "c1", True),
-    ):
-        assert decode_remote_event(event_to_json(event)) == event
-    # what an execution plane of an older clawlet sends (the seed's names) fails the turn, saying why
-    for other in ({"type": "text_chunk", "content": "hi"}, {"kind": "FutureEvent"}, "text", None):
-        with pytest.raises(RemoteRunFailed, match="same clawlet version"):
-            decode_remote_event(other)
 
 
 def clawlet(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

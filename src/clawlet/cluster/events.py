@@ -3,10 +3,9 @@
 **Over ``/ws/vm``** the execution plane forwards every clawlet event of a session's run as it is:
 the ``data`` of an ``sse_event`` frame is the event's JSON encoding
 (:func:`clawlet.events.event_to_json`, ``{kind: "TextDelta", text}`` …), the same encoding a session
-process uses on its pipe (:func:`forward_event`). The control plane keeps and replays that data
-unchanged; its ``RemoteAdapter`` decodes it back into the very same events
-(:func:`clawlet.events.event_from_json`), so the control plane's ``SessionManager`` — and through
-it the workbench, the inbox, ``/v1`` and ``/api/agent`` — sees what a local run produces. ``Usage``
+process uses on its pipe (:func:`forward_event`). The control plane keeps it in the session's event log and
+replays it unchanged (the workbench, the inbox, ``/v1`` and ``/api/agent`` do not need it: their
+requests run on the execution plane's own local-mode app, :mod:`clawlet.cluster.tunnel`). ``Usage``
 also goes out as a ``fire_and_forget usage_report`` (queued on disk while disconnected: the usage
 tables are filled from those, once each). The version of this encoding is
 :data:`~clawlet.cluster.protocol.EVENT_ENCODING`, named in ``init``
