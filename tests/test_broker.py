@@ -264,6 +264,56 @@ async def test_a_record_nobody_refreshes_expires() -> None:
     assert await broker.holder("alice") == "gone"
 
 
+class GatedRefresh(LocalBroker):
+    """A LocalBroker whose refresh of a record waits for ``gate`` before or after it reaches the hub."""
+
+    def __init__(self, *, gate_first: bool, **options: Any) -> None:
+        super().__init__(**options)
+        self.gate_first = gate_first
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def _refresh_presence(self, user_id: str) -> bool:
+        if self.gate_first:
+            self.waiting.set()
+            await self.gate.wait()
+        refreshed = await super()._refresh_presence(user_id)
+        if not self.gate_first:
+            self.waiting.set()
+            await self.gate.wait()
+        return refreshed
+
+
+async def test_a_release_during_a_refresh_stays_released() -> None:
+    broker = GatedRefresh(gate_first=True, instance_id="a")
+    await broker.claim("alice")
+    refresh = asyncio.create_task(broker.refresh_presence())
+    await asyncio.wait_for(broker.waiting.wait(), DEADLINE)
+    await broker.release("alice")  # the socket closed while the refresh was on its way
+    broker.gate.set()
+    await refresh  # it wrote the record again, and saw the release: removed again
+    assert await broker.holder("alice") is None
+
+
+async def test_a_claim_during_a_refresh_that_lost_the_record_is_kept() -> None:
+    now = [100.0]
+    hub = LocalHub(clock=lambda: now[0])
+    a = GatedRefresh(gate_first=False, instance_id="a", hub=hub)
+    b = LocalBroker(instance_id="b", hub=hub)
+    await a.claim("bob")
+    await b.claim("bob")
+    refresh = asyncio.create_task(a.refresh_presence())  # finds b holds bob ...
+    await asyncio.wait_for(a.waiting.wait(), DEADLINE)
+    await a.claim("bob")  # ... while bob's exec plane came back to a
+    a.gate.set()
+    await refresh
+    a.gate_first = True  # (the gate stays open)
+    now[0] += 10
+    await a.refresh_presence()  # a still refreshes bob's record
+    now[0] += 10
+    assert await b.holder("bob") == "a"
+
+
 # -- Redis only --------------------------------------------------------------------------------------
 
 HOLDER_PROCESS = textwrap.dedent(
@@ -426,6 +476,9 @@ async def test_an_unreachable_server_fails_start_without_the_password(
     from tests.conftest import free_port
 
     broker = RedisBroker(f"redis://:s3cr3t-pw@127.0.0.1:{free_port()}/0")
+    with pytest.raises(BrokerUnavailable, match="not started"):
+        async with broker.subscribe("x"):
+            pass
     with pytest.raises(BrokerUnavailable, match=r"Redis at redis://:\*\*\*@127\.0\.0\.1") as raised:
         await broker.start()
     assert "s3cr3t-pw" not in str(raised.value) and "s3cr3t-pw" not in caplog.text

@@ -150,7 +150,10 @@ class PresenceBroker(ABC):
             raise ValueError("presence_ttl must be positive")
         self.instance_id = instance_id or uuid.uuid4().hex
         self.presence_ttl = presence_ttl
-        self._held: set[str] = set()
+        self._held: dict[str, int] = {}
+        """user id → the number of this instance's latest claim (a refresh racing a claim or a
+        release must not undo it)."""
+        self._claims = 0
         self._refresher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -174,18 +177,22 @@ class PresenceBroker(ABC):
         await self._disconnect()
 
     async def claim(self, user_id: str) -> None:
+        self._claims += 1
+        self._held[user_id] = self._claims
         await self._set_presence(user_id)
-        self._held.add(user_id)
 
     async def release(self, user_id: str) -> None:
-        self._held.discard(user_id)
+        self._held.pop(user_id, None)
         await self._delete_presence_if_held(user_id)
 
     async def refresh_presence(self) -> None:
         """Refresh every record this instance holds once (the background task calls this)."""
-        for user_id in sorted(self._held):
-            if not await self._refresh_presence(user_id) and user_id in self._held:
-                self._held.discard(user_id)
+        for user_id, claim in sorted(self._held.items()):
+            refreshed = await self._refresh_presence(user_id)
+            if user_id not in self._held:  # released meanwhile: undo a record the refresh wrote
+                await self._delete_presence_if_held(user_id)
+            elif not refreshed and self._held[user_id] == claim:  # (not claimed again meanwhile)
+                del self._held[user_id]
                 logger.info("broker: %s's exec plane is now held by another instance", user_id)
 
     async def _refresh_forever(self) -> None:

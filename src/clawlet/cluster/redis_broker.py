@@ -104,6 +104,10 @@ class RedisBroker(PresenceBroker):
         """channel name → this broker's subscribers."""
         self._confirmed: set[str] = set()
         """Redis channels the current pub/sub connection is subscribed to (the server said so)."""
+        self._unanswered: dict[str, int] = {}
+        """Redis channel → SUBSCRIBE commands sent on the current connection and not yet confirmed:
+        a channel counts as subscribed only when the last one is (not by the answer to an earlier
+        SUBSCRIBE that an UNSUBSCRIBE followed)."""
         self._waiters: dict[str, asyncio.Future[None]] = {}
         self._lock = asyncio.Lock()
         self._pubsub: PubSub | None = None
@@ -122,11 +126,15 @@ class RedisBroker(PresenceBroker):
         return f"{self.prefix}channel:{channel}"
 
     async def _open(self, subscription: Subscription) -> None:
+        if self._reader is None:
+            raise BrokerUnavailable("the broker is not started")
         wire = self._wire(subscription.channel)
         async with self._lock:
             subscribers = self._local.setdefault(subscription.channel, set())
             subscribers.add(subscription)
             if len(subscribers) == 1 and self._pubsub is not None:
+                self._unanswered[wire] = self._unanswered.get(wire, 0) + 1
+                self._confirmed.discard(wire)  # a late answer to a SUBSCRIBE before an UNSUBSCRIBE
                 with contextlib.suppress(RedisError, OSError):  # the reader reconnects and subscribes
                     await self._pubsub.subscribe(wire)
         try:
@@ -177,7 +185,9 @@ class RedisBroker(PresenceBroker):
             pubsub = self._pubsub_client.pubsub()
             try:
                 async with self._lock:
-                    await pubsub.subscribe(self._keepalive, *(self._wire(c) for c in self._local))
+                    channels = [self._keepalive, *(self._wire(c) for c in self._local)]
+                    self._unanswered = dict.fromkeys(channels, 1)
+                    await pubsub.subscribe(*channels)
                     self._pubsub = pubsub
                 if failures:
                     logger.info("broker: reconnected to Redis at %s", self.url)
@@ -196,6 +206,7 @@ class RedisBroker(PresenceBroker):
             finally:
                 self._pubsub = None
                 self._confirmed.clear()
+                self._unanswered.clear()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
             await asyncio.sleep(RECONNECT_DELAYS[min(failures, len(RECONNECT_DELAYS)) - 1])
@@ -219,6 +230,10 @@ class RedisBroker(PresenceBroker):
     def _dispatch(self, raw: dict[str, Any]) -> None:
         kind, wire = raw.get("type"), raw.get("channel")
         if kind == "subscribe" and isinstance(wire, str):
+            unanswered = self._unanswered.pop(wire, 1) - 1
+            if unanswered > 0:
+                self._unanswered[wire] = unanswered
+                return
             self._confirmed.add(wire)
             waiter = self._waiters.pop(wire, None)
             if waiter is not None and not waiter.done():
