@@ -66,6 +66,7 @@ def environment_without_secrets() -> dict[str, str]:
         "CLAWLET_CP_JWT_SECRET",
         "DATABASE_URL",
         "CLAWLET_CP_DATABASE_URL",
+        "CLAWLET_REDIS_URL",
         "VM_TOKEN",
         "VM_TICKET",
         "GITHUB_TOKEN",

@@ -46,6 +46,7 @@ KNOWN_SECRET_NAMES: Final = frozenset(
         "DATABASE_URL",
         "CLAWLET_DATABASE_URL",
         "CLAWLET_CP_DATABASE_URL",
+        "CLAWLET_REDIS_URL",
         "VM_TOKEN",
         "VM_TICKET",
     }

@@ -177,6 +177,9 @@ class ControlPlaneConfig:
     """HS256 key of the VM tokens (at least 32 bytes)."""
     database_url: str | None = None
     """Default ``sqlite:///<data_dir>/controlplane.db``; ``postgresql+psycopg://…`` works too."""
+    redis_url: str | None = None
+    """The broker shared by every instance (``CLAWLET_REDIS_URL``, ``redis://…``); ``None``: in-process
+    (one instance). See :mod:`clawlet.cluster.broker`."""
     public_url: str = "ws://127.0.0.1:8002"
     """Where execution planes reach this control plane (``ws``/``wss``, or ``http``/``https``)."""
     vm_token_ttl: float = DEFAULT_VM_TOKEN_TTL

@@ -25,8 +25,9 @@ Everything lives in the data directory (``--data-dir``, default ``<clawlet home>
 the database (``controlplane.db``, or ``CLAWLET_CP_DATABASE_URL``), the VM-token signing secret
 (``jwt_secret``, made on first use with mode 0600, or ``CLAWLET_CP_JWT_SECRET``), each user's data
 (``users/<id>/``) and ``server.json``, where ``serve`` records the URL execution planes reach it at
-(so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``). ``serve`` keeps the secret and the
-database URL in memory only, out of its environment (see :mod:`clawlet.secret_env`).
+(so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``). ``serve`` keeps the secret, the
+database URL and the Redis URL (``CLAWLET_REDIS_URL``: the broker of several instances, see
+:mod:`clawlet.cluster.broker`) in memory only, out of its environment (see :mod:`clawlet.secret_env`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from clawlet.cluster.broker import ENV_REDIS_URL, check_redis_url
 from clawlet.config import Settings
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.storage import atomic_write_json, atomic_write_text
@@ -91,6 +93,7 @@ def build_config(data_dir: Path, public_url: str | None = None) -> ControlPlaneC
         data_dir=data_dir,
         jwt_secret=jwt_secret(data_dir),
         database_url=ENVIRON_WITH_SECRETS.get(ENV_DATABASE_URL, "").strip() or None,
+        redis_url=ENVIRON_WITH_SECRETS.get(ENV_REDIS_URL, "").strip() or None,
         public_url=url,
     )
 
@@ -289,6 +292,11 @@ def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: 
     shown_host = f"[{host}]" if ":" in host else host
     url = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown_host}:{port}"
     config = build_config(data_dir, url)
+    try:
+        check_redis_url(config.redis_url)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     atomic_write_json(config.data_dir / SERVER_FILE, {"public_url": url})
     # the Host check (clawlet.api.origin_guard) answers to the address it listens on
     app = create_cluster_app(config, settings.model_copy(update={"host": host}))
