@@ -34,52 +34,18 @@ from clawlet.cluster.broker import (
     check_redis_url,
 )
 from clawlet.cluster.redis_broker import RedisBroker
+from tests.support.redis import (
+    HAVE_REDIS_SERVER,
+    NO_REDIS_SERVER,
+    ROOT,
+    SHARED_REDIS_URL,
+    SKIP_REASON,
+    RedisServer,
+    requires_redis_server,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-TEST_REDIS = ROOT / "scripts" / "test-redis"
-# Read at import: the autouse ``clawlet_home`` fixture removes every CLAWLET_* variable.
-SHARED_REDIS_URL = os.environ.get("CLAWLET_TEST_REDIS_URL", "")
-HAVE_REDIS_SERVER = subprocess.run([TEST_REDIS, "find"], capture_output=True, check=False).returncode == 0
-requires_redis_server = pytest.mark.skipif(
-    not HAVE_REDIS_SERVER, reason="redis-server not found (install the redis-server package)"
-)
-SKIP_REASON = (
-    ""
-    if SHARED_REDIS_URL or HAVE_REDIS_SERVER
-    else "Redis not available: install redis-server, run scripts/test, or set CLAWLET_TEST_REDIS_URL"
-)
 DEADLINE = 30.0
 """Seconds any awaited condition may take (generous: the suite runs on a loaded machine)."""
-
-
-class RedisServer:
-    """A redis-server of scripts/test-redis in ``directory`` (stopped and removed by :meth:`stop`)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.url = ""
-
-    def start(self) -> str:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        run = subprocess.run(
-            [TEST_REDIS, "start", self.directory], capture_output=True, text=True, timeout=120
-        )
-        assert run.returncode == 0, run.stderr
-        self.url = run.stdout.strip()
-        return self.url
-
-    def kill(self) -> None:
-        """SIGKILL the server (its port stays reserved for :meth:`restart`)."""
-        os.kill(int((self.directory / "redis.pid").read_text()), signal.SIGKILL)
-
-    def restart(self) -> None:
-        run = subprocess.run(
-            [TEST_REDIS, "restart", self.directory], capture_output=True, text=True, timeout=120
-        )
-        assert run.returncode == 0, run.stderr
-
-    def stop(self) -> None:
-        subprocess.run([TEST_REDIS, "stop", self.directory], capture_output=True, timeout=120, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +67,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A server of this test's own (it may stop and restart it)."""
     if not HAVE_REDIS_SERVER:
-        pytest.skip("redis-server not found (install the redis-server package)")
+        pytest.skip(NO_REDIS_SERVER)
     server = RedisServer(tmp_path / "redis")
     try:
         server.start()

@@ -111,12 +111,24 @@ class Scaled:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         with (self.root / "logs" / f"{name}.log").open("ab") as log:
             self.processes[name] = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env={**self.env, **(env or {})}
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**self.env, **(env or {})},
             )
 
     def clawlet(self, *args: str) -> str:
         """Run ``clawlet control-plane <args>`` (with instance A's data directory) to completion."""
-        command = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", str(self.root / "a"), *args]
+        command = [
+            sys.executable,
+            "-m",
+            "clawlet",
+            "control-plane",
+            "--data-dir",
+            str(self.root / "a"),
+            *args,
+        ]
         run = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=120, check=False)
         assert run.returncode == 0, run.stderr
         return run.stdout
@@ -126,8 +138,19 @@ class Scaled:
         data = self.root / name
         self.spawn(
             name,
-            [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", str(data), "serve"]
-            + ["--port", str(port), "--public-url", self.lb_url],
+            [
+                sys.executable,
+                "-m",
+                "clawlet",
+                "control-plane",
+                "--data-dir",
+                str(data),
+                "serve",
+                "--port",
+                str(port),
+                "--public-url",
+                self.lb_url,
+            ],
         )
         wait_for(lambda: get_json(f"http://127.0.0.1:{port}/health"), f"instance {name} to answer")
 
@@ -186,7 +209,9 @@ def scaled(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[Scaled]:
             "CLAWLET_REDIS_URL": redis_url,
             "CLAWLET_CP_JWT_SECRET": secrets.token_hex(32),
         }
-        cluster = Scaled(tmp_path, env, f"http://127.0.0.1:{lb}", redis_url=redis_url, database_url=database_url)
+        cluster = Scaled(
+            tmp_path, env, f"http://127.0.0.1:{lb}", redis_url=redis_url, database_url=database_url
+        )
         cluster.ports = {"a": free_port(), "b": free_port(), "lb": lb}
         try:
             for user in ("alice", "bob"):
@@ -206,7 +231,9 @@ def scaled(tmp_path: Path, llm: ScriptedOpenAIServer) -> Iterator[Scaled]:
                     [sys.executable, "-m", "clawlet", "exec-plane", "--state-dir", str(state)],
                     {**credentials, **llm_env(llm)},
                 )
-            wait_for(lambda: cluster.holder("alice") and cluster.holder("bob"), "both execution planes to connect")
+            wait_for(
+                lambda: cluster.holder("alice") and cluster.holder("bob"), "both execution planes to connect"
+            )
             yield cluster
         finally:
             cluster.stop()
@@ -226,7 +253,9 @@ class ChatStream(threading.Thread):
     def run(self) -> None:
         body = {"message": self.message, "session_id": self.session_id}
         try:
-            with httpx.stream("POST", self.url, json=body, headers=auth(self.token), timeout=DEADLINE) as response:
+            with httpx.stream(
+                "POST", self.url, json=body, headers=auth(self.token), timeout=DEADLINE
+            ) as response:
                 self.status = response.status_code
                 name = "message"
                 for line in response.iter_lines():
@@ -257,7 +286,9 @@ def test_a_chat_through_the_other_instance_survives_a_kill_9_of_the_one_holding_
     )
     stream.start()
     # every event reaches instance B while the socket is on A: the turn is mid-tool now
-    wait_for(lambda: "tool_start" in stream.names(), "the tool to start (streamed through the other instance)")
+    wait_for(
+        lambda: "tool_start" in stream.names(), "the tool to start (streamed through the other instance)"
+    )
     assert stream.status == 200
     scaled.kill(a)
     wait_for(lambda: scaled.holder("alice") == b, "alice's execution plane to reconnect through the balancer")
@@ -276,7 +307,9 @@ def test_a_chat_through_the_other_instance_survives_a_kill_9_of_the_one_holding_
     assert history is not None
     roles = [message["role"] for message in history["messages"]]
     assert roles.count("user") == 1, roles
-    answers = [m for m in history["messages"] if m["role"] == "assistant" and "工具-output-42" in m["content"]]
+    answers = [
+        m for m in history["messages"] if m["role"] == "assistant" and "工具-output-42" in m["content"]
+    ]
     assert len(answers) == 1, history["messages"]
 
     # the usage of the turn's two model calls arrived once each, whatever was replayed

@@ -36,7 +36,9 @@ class RedisServer:
 
     def start(self) -> str:
         self.directory.mkdir(parents=True, exist_ok=True)
-        run = subprocess.run([TEST_REDIS, "start", self.directory], capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [TEST_REDIS, "start", self.directory], capture_output=True, text=True, timeout=120
+        )
         assert run.returncode == 0, run.stderr
         self.url = run.stdout.strip()
         return self.url
@@ -46,7 +48,9 @@ class RedisServer:
         os.kill(int((self.directory / "redis.pid").read_text()), signal.SIGKILL)
 
     def restart(self) -> None:
-        run = subprocess.run([TEST_REDIS, "restart", self.directory], capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [TEST_REDIS, "restart", self.directory], capture_output=True, text=True, timeout=120
+        )
         assert run.returncode == 0, run.stderr
 
     def stop(self) -> None:

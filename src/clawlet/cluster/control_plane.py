@@ -198,8 +198,6 @@ class ControlPlaneConfig:
     """Wall clock of tickets (injectable for tests)."""
     embedder: EmbeddingClient | None = None
     """Vectors for long-term memory search (keyword search works without)."""
-    redis_url: str | None = None
-    """The broker between control-plane instances (``CLAWLET_REDIS_URL``); none: in-process."""
 
     @property
     def ws_url(self) -> str:
