@@ -442,8 +442,8 @@ def scale_report(result: ScaleResult) -> None:
     reported = ", ".join(f"{i.name} {i.connected_reported}" for i in result.instances)
     print(
         f"held {result.hold:g} s: {result.still_connected}/{len(times)} still connected (the instances' "
-        f"/health: {reported}); heartbeats sent {result.hold_sent}, acknowledged {len(result.hold_rtts)} "
-        "(the rest: in flight at the end)"
+        f"/health: {reported}); heartbeats sent {result.hold_sent}, acknowledgements {len(result.hold_rtts)} "
+        "(one in flight at the start or the end counts on one side only)"
     )
     print(f"{'heartbeat round trip':<26}{'n':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     held, baseline = result.hold_rtts, result.baseline_rtts
