@@ -41,14 +41,23 @@ request to the process's ``ready`` (its engine built), its CPU time by then, its
 with all of them still running, each one's unshared memory (USS: ``Private_Clean + Private_Dirty``
 of ``/proc/<pid>/smaps_rollup``) and proportional share (PSS); template / spawn ratios.
 
-Then local and cluster side by side, the ratios cluster / local and what cluster mode adds
+After the cluster runs, the **scale figure** (issue 15; :mod:`cluster_scale`; ``--exec-planes``,
+0 skips it; ``--scale-only`` runs nothing else): that many simulated exec planes
+(:mod:`clawlet.testing.sim_exec_plane`, in this process) held with heartbeats on two ``clawlet
+control-plane serve`` instances sharing one database (and Redis when installed): who stayed
+connected, the heartbeat acknowledgement's round trip against 10 planes, memory per connection,
+and request routing to the instance holding the user's plane against the other one.
+
+The report: local and cluster side by side, the ratios cluster / local and what cluster mode adds
 (cluster − local, ms); the CPU time of every process group per phase (and per turn), of the other
 mode (idle meanwhile), and of everything else on the machine; the peak memory of each mode's
 processes; the machine's core count.
 
-Run from the repository root (about 7 minutes with the defaults on 2 cores)::
+Run from the repository root (about 10 minutes with the defaults on 2 cores; the scale figure
+alone, ``--scale-only``, about 2.5)::
 
     .venv/bin/python bench/cluster.py [--sessions 100] [--turns 3] [--rounds 3] [--users 1,4]
+    .venv/bin/python bench/cluster.py --scale-only [--exec-planes 1000] [--hold-seconds 60]
 """
 
 from __future__ import annotations
@@ -80,7 +89,8 @@ from clawlet.events import TERMINAL_EVENTS, RunFinished
 from clawlet.home import init_home
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.runtime.base import RunConfig, UserMessage
-from support import ClawletProcess, clean_environ, free_port, percentile
+from cluster_scale import ScaleResult, raise_fd_limit, run_scale, scale_failed, scale_report
+from support import ClawletProcess, clean_environ, free_port, percentile, process_cpu, smaps_rollup, uss_bytes
 
 ANSWER_WORDS = 60
 PROMPT = "Tell me something."
@@ -362,34 +372,6 @@ def available_memory() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def smaps_rollup(pid: int) -> dict[str, int]:
-    """``/proc/<pid>/smaps_rollup`` in bytes (``Rss``, ``Pss``, ``Private_Clean``, …)."""
-    found: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as file:
-            for line in file:
-                parts = line.split()
-                if len(parts) == 3 and parts[2] == "kB":
-                    found[parts[0].rstrip(":")] = int(parts[1]) * 1024
-    except OSError:
-        pass
-    return found
-
-
-def uss_bytes(pid: int) -> int:
-    """Memory only this process uses (what ending it would free)."""
-    rollup = smaps_rollup(pid)
-    return rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)
-
-
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far."""
-    with open(f"/proc/{pid}/stat", "rb") as file:
-        stat = file.read()
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 # -- session process start: forked from the template against spawned --------------------------------
@@ -998,10 +980,41 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the cluster's exec planes spawn every session process (CLAWLET_SESSION_TEMPLATE=false)",
     )
+    parser.add_argument(
+        "--exec-planes",
+        type=int,
+        default=1000,
+        help="simulated exec planes of the scale figure, on two control-plane instances (1000; 0: skip)",
+    )
+    parser.add_argument(
+        "--hold-seconds", type=float, default=60.0, help="how long the scale figure holds them all (60)"
+    )
+    parser.add_argument(
+        "--heartbeat-seconds", type=float, default=10.0, help="each simulated plane's heartbeat interval (10)"
+    )
+    parser.add_argument(
+        "--routing-requests",
+        type=int,
+        default=100,
+        help="GET /api/sessions per instance for the scale figure's routing p50/p99 (100)",
+    )
+    parser.add_argument("--scale-only", action="store_true", help="only the scale figure")
     parser.add_argument("--serve-llm", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_llm:
         return serve_llm(args.serve_llm, args.chunks, args.chunk_delay)
+    if args.exec_planes < 0 or (args.scale_only and args.exec_planes < 1):
+        parser.error("exec-planes must be >= 0 (>= 1 with --scale-only)")
+    if args.hold_seconds <= 0 or args.heartbeat_seconds <= 0 or args.routing_requests < 1:
+        parser.error("hold-seconds and heartbeat-seconds must be > 0, routing-requests >= 1")
+    # 1,000 WebSockets here, and as many among the control-plane instances, which inherit the limit
+    raise_fd_limit()
+    if args.scale_only:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        with tempfile.TemporaryDirectory(prefix="clawlet-bench-scale-") as raw_tmp:
+            scaled = run_scale(Path(raw_tmp), args)
+        scale_report(scaled)
+        return 1 if scale_failed(scaled) else 0
     if min(args.sessions, args.turns, args.rounds, args.chunks, args.warmup) < 1:
         parser.error("sessions, turns, rounds, chunks and warmup must be >= 1")
     if args.start_batch < 0 or args.chunk_delay < 0 or args.start_samples < 0:
@@ -1035,13 +1048,20 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             finally:
                 server.stop()
+        scaled: ScaleResult | None = run_scale(tmp, args) if args.exec_planes else None
     report(results, local_memory, args, time.perf_counter() - began)
     if starts is not None:
         start_report(starts, args.start_samples)
-    failed = bool(starts and starts.errors) or any(
-        phase.errors
-        for result in results
-        for phase in (result.local_start, result.cluster_start, result.local, result.cluster)
+    if scaled is not None:
+        scale_report(scaled)
+    failed = (
+        bool(starts and starts.errors)
+        or bool(scaled and scale_failed(scaled))
+        or any(
+            phase.errors
+            for result in results
+            for phase in (result.local_start, result.cluster_start, result.local, result.cluster)
+        )
     )
     return 1 if failed else 0
 

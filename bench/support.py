@@ -1,5 +1,5 @@
 """What the benchmarks share: a clawlet server in a thread or a ``clawlet serve`` child process,
-and the nearest-rank percentile."""
+a process's memory and CPU time from ``/proc``, and the nearest-rank percentile."""
 
 from __future__ import annotations
 
@@ -53,6 +53,34 @@ class ClawletServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/smaps_rollup`` in bytes (``Rss``, ``Pss``, ``Private_Clean``, …)."""
+    found: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as file:
+            for line in file:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] == "kB":
+                    found[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    except OSError:
+        pass
+    return found
+
+
+def uss_bytes(pid: int) -> int:
+    """Memory only this process uses (what ending it would free)."""
+    rollup = smaps_rollup(pid)
+    return rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far."""
+    with open(f"/proc/{pid}/stat", "rb") as file:
+        stat = file.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], pct: float) -> float:
