@@ -24,8 +24,6 @@ above ``after``;
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import inspect
 import json
@@ -45,19 +43,23 @@ from clawlet.cluster.protocol import (
     ERROR,
     HEARTBEAT,
     HEARTBEAT_INTERVAL,
+    HTTP_CANCEL,
+    HTTP_REQUEST,
+    HTTP_RESPONSE,
+    HTTP_RESUME,
     INIT,
     INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
+    FrameError,
     auth_frame,
     encode,
+    frame_body,
     heartbeat_frame,
+    http_body_frame,
+    http_response_frame,
+    parse_frame,
 )
 
-HTTP_REQUEST: Final = "http_request"
-HTTP_RESPONSE: Final = "http_response"
-HTTP_BODY: Final = "http_body"
-HTTP_CANCEL: Final = "http_cancel"
-HTTP_RESUME: Final = "http_resume"
 KEPT_RESPONSES: Final = 64
 """How many answered requests' frames a simulated plane keeps for ``http_resume``."""
 SIMULATED_HEADER: Final = "x-clawlet-simulated-exec-plane"
@@ -116,50 +118,25 @@ def default_handler(user_id: str, request: HttpRequest) -> HttpReply:
     return json_reply(404, {"error": error}, user_id)
 
 
-def _headers(value: Any) -> list[tuple[str, str]]:
-    if not isinstance(value, list):
-        return []
-    return [
-        (str(pair[0]), str(pair[1])) for pair in value if isinstance(pair, list | tuple) and len(pair) == 2
-    ]
-
-
 def parse_http_request(frame: Mapping[str, Any]) -> HttpRequest:
     """An ``http_request`` frame as :class:`HttpRequest`; ``ValueError`` when it is malformed."""
-    request_id, method, path = frame.get("id"), frame.get("method"), frame.get("path")
-    if not all(isinstance(value, str) and value for value in (request_id, method, path)):
-        raise ValueError("http_request needs non-empty string id, method and path")
     try:
-        body = base64.b64decode(str(frame.get("body") or ""), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"http_request body is not base64: {exc}") from None
-    query = frame.get("query")
+        parsed = parse_frame(frame)
+    except FrameError as exc:
+        raise ValueError(str(exc)) from None
+    if parsed["type"] != HTTP_REQUEST:
+        raise ValueError(f"not an http_request frame: {parsed['type']}")
+    headers = [(name, value) for name, value in parsed["headers"]]
     return HttpRequest(
-        str(request_id),
-        str(method).upper(),
-        str(path),
-        query if isinstance(query, str) else "",
-        _headers(frame.get("headers")),
-        body,
+        parsed["id"], parsed["method"], parsed["path"], parsed["query"], headers, frame_body(parsed)
     )
 
 
 def reply_frames(request_id: str, reply: HttpReply) -> list[dict[str, Any]]:
     """``http_response`` then one ``http_body`` with ``more: false``."""
     return [
-        {
-            "type": HTTP_RESPONSE,
-            "id": request_id,
-            "status": reply.status,
-            "headers": [[name, value] for name, value in reply.headers],
-        },
-        {
-            "type": HTTP_BODY,
-            "id": request_id,
-            "n": 1,
-            "body": base64.b64encode(reply.body).decode("ascii"),
-            "more": False,
-        },
+        dict(http_response_frame(request_id, reply.status, list(reply.headers))),
+        dict(http_body_frame(request_id, 1, reply.body, more=False)),
     ]
 
 
