@@ -289,8 +289,9 @@ def test_cross_user_access_is_refused(cluster: LocalCluster) -> None:
         timeout=60,
     )
     assert in_workspace.status_code == 200, in_workspace.text
-    alice_home = cluster.cp_dir / "users" / "alice" / "home"
+    alice_home = cluster.data_dir / "exec-planes" / "alice" / "home"  # on alice's machine
     assert (alice_home / "workspaces" / "research").is_dir()
+    assert not (cluster.data_dir / "exec-planes" / "bob" / "home" / "workspaces" / "research").exists()
     assert not (cluster.cp_dir.parent.parent / "shared").exists()  # nothing went to the shared places
     # files are per user too
     alice_files = httpx.get(f"{base}/api/files?path=memory/MEMORY.md", headers=auth(cluster.tokens["alice"]))
@@ -315,9 +316,21 @@ def test_a_user_without_a_connected_exec_plane_gets_a_clear_error(cluster: Local
     while httpx.get(f"{cluster.base_url}/health").json()["connected_exec_planes"] != 1:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    events = chat(cluster, "bob", "anyone there?", "s9")
-    assert events[-1][0] == "error"
-    assert "no connected execution plane" in str(events[-1][1]["error"])
+    headers = auth(cluster.tokens["bob"])
+    response = httpx.post(
+        f"{cluster.base_url}/api/chat", json={"message": "anyone there?", "session_id": "s9"}, headers=headers
+    )
+    assert response.status_code == 503 and response.json()["error"]["code"] == "exec_plane_offline"
+    assert "clawlet exec-plane" in response.json()["error"]["message"]
+    # each surface says it in its own format
+    openai = httpx.post(
+        f"{cluster.base_url}/v1/chat/completions",
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "hi"}]},
+        headers=headers,
+    )
+    assert openai.status_code == 503 and openai.json()["error"]["code"] == "exec_plane_offline"
+    me = httpx.get(f"{cluster.base_url}/api/cluster/me", headers=headers).json()
+    assert me == {"user_id": "bob", "exec_plane_connected": False}
     # alice is unaffected
     assert chat(cluster, "alice", "still here", "s9")[-2][0] == "done"
 
