@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -170,7 +170,7 @@ class TunnelRouter:
 
     # -- the requester's side ----------------------------------------------------------------------
 
-    async def exchange(self, user_id: str, request: HttpRequestFrame) -> AsyncIterator[HttpFrame]:
+    async def exchange(self, user_id: str, request: HttpRequestFrame) -> AsyncGenerator[HttpFrame, None]:
         """The execution plane's answer to ``request``, frame by frame (``http_response`` first).
 
         Raises :class:`ExecPlaneOffline` when no instance holds the user (before anything was

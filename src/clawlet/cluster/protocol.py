@@ -839,9 +839,9 @@ def _headers(obj: Mapping[str, Any], kind: str) -> list[Header]:
 
 def _count(obj: Mapping[str, Any], key: str, kind: str, minimum: int) -> int:
     value = obj.get(key)
-    if not _int(value) or value < minimum:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise FrameError(f"{kind} frame: {key!r} must be an integer >= {minimum} (got {value!r})")
-    return cast(int, value)
+    return value
 
 
 def _parse_http_request(obj: Mapping[str, Any]) -> HttpRequestFrame:

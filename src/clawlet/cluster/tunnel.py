@@ -122,9 +122,9 @@ class TunnelServer:
             self._exchanges[request_id] = exchange
             exchange.task = self._spawn(self._run(exchange, cast(HttpRequestFrame, frame)))
         elif kind == HTTP_CANCEL:
-            exchange = self._exchanges.get(request_id)
-            if exchange is not None:
-                exchange.disconnected.set()
+            running = self._exchanges.get(request_id)
+            if running is not None:
+                running.disconnected.set()
         elif kind == HTTP_RESUME:
             self._spawn(self.resume(request_id, int(frame["after"])))
 
