@@ -289,7 +289,10 @@ def variables_read() -> set[str]:
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias
         choices = getattr(alias, "choices", [alias] if isinstance(alias, str) else [])
-        names.update(str(choice) for choice in choices) if choices else names.add(f"CLAWLET_{name.upper()}")
+        if choices:
+            names.update(str(choice) for choice in choices)
+        else:
+            names.add(f"CLAWLET_{name.upper()}")
     for path in (ROOT / "src" / "clawlet").rglob("*.py"):
         names.update(re.findall(r"[\"'](CLAWLET_[A-Z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
     return names
@@ -445,11 +448,13 @@ def test_every_clawlet_command_in_the_deployment_files_is_accepted_by_the_cli() 
 
 
 def test_every_clawlet_variable_set_is_one_clawlet_reads(tmp_path: Path) -> None:
-    known = variables_read()
-    set_here = variables_set(load_compose(), init_env(tmp_path / "env"))
+    known, env_dir = variables_read(), init_env(tmp_path / "env")
+    set_here = variables_set(load_compose(), env_dir)
     assert {"CLAWLET_CP_DATABASE_URL", "CLAWLET_CP_JWT_SECRET", "CLAWLET_SANDBOX", "CLAWLET_HOME"} <= set_here
     assert set_here - known == set()
-    assert "CLAWLET_SANDBOXX" not in known
+    broken = load_compose()
+    broken["services"]["control-plane-1"]["environment"]["CLAWLET_REDIS_URI"] = "redis://redis:6379/0"
+    assert variables_set(broken, env_dir) - known == {"CLAWLET_REDIS_URI"}
 
 
 # -- the files' settings, run for real ------------------------------------------------------------
