@@ -15,12 +15,11 @@ Each check is a function returning its problems; each test also feeds it a broke
 that stopped finding anything would fail. The last test runs the files' own settings for real: two
 ``clawlet control-plane serve`` processes as compose starts them, behind HAProxy running
 ``deploy/haproxy.cfg`` (addresses moved to loopback), with the health checks and probes the files
-name.
+name, and an execution plane started from the bootstrap's credentials that fails over between them.
 """
 
 from __future__ import annotations
 
-import base64
 import copy
 import csv
 import io
@@ -48,6 +47,7 @@ from dockerfile_parse import DockerfileParser
 from clawlet.cli import build_parser
 from clawlet.config import Settings
 from tests.conftest import free_port
+from tests.support import postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -472,40 +472,75 @@ def test_healthcheck_script(tmp_path: Path) -> None:
     assert done.returncode == 1 and "unhealthy" in done.stderr
 
 
-class ControlPlaneProcess:
-    """``clawlet control-plane serve`` with a compose service's command and environment (loopback
-    address and a free port instead of 0.0.0.0:8100; SQLite and the in-process broker instead of
-    the compose network's PostgreSQL and Redis)."""
+#: where the balancer is in the compose network; the live test moves it to loopback
+BALANCER = "haproxy:8080"
 
-    def __init__(self, service: dict[str, Any], home: Path) -> None:
-        self.port = free_port()
-        command = [str(arg) for arg in service["command"]]
-        command[command.index("--host") + 1] = "127.0.0.1"
-        command[command.index("--port") + 1] = str(self.port)
-        env = {**os.environ, "CLAWLET_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-        for name, value in service["environment"].items():
-            if name != "CLAWLET_REDIS_URL":
-                env[name] = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))  # compose's default
-        home.mkdir(parents=True)
-        self.home = home
+
+def wait_until(check: Any, what: str, timeout: float = DEADLINE) -> Any:
+    """Poll ``check()`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return result
+
+
+def health(url: str) -> dict[str, Any] | None:
+    try:
+        response = httpx.get(f"{url}/health", timeout=10)
+    except httpx.TransportError:
+        return None
+    return response.json() if response.status_code == 200 else None
+
+
+class Process:
+    """A ``python -m clawlet`` subprocess, its output in a log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.env = env
-        self.log = (home.parent / f"cp-{self.port}.log").open("wb")
+        self.log_path = log
+        self.log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "clawlet", *command], env=env, stdout=self.log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "clawlet", *args], env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=10).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None and time.monotonic() < deadline, self.output()
-            time.sleep(0.1)
 
     def output(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(DEADLINE)
+        self.log.close()
+
+
+def compose_environment(service: dict[str, Any]) -> dict[str, str]:
+    """A compose service's ``environment`` with ``${NAME:-default}`` resolved to the default."""
+    return {
+        name: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+        for name, value in service["environment"].items()
+    }
+
+
+class ControlPlane(Process):
+    """``clawlet control-plane serve`` with a compose service's command and environment: a loopback
+    address and a free port instead of 0.0.0.0:8100, the balancer at ``balancer``, and no Redis (each
+    instance's in-process broker: the test needs none)."""
+
+    def __init__(self, service: dict[str, Any], home: Path, balancer: str, shared: dict[str, str]) -> None:
+        self.port = free_port()
+        command = [str(arg).replace(BALANCER, balancer) for arg in service["command"]]
+        command[command.index("--host") + 1] = "127.0.0.1"
+        command[command.index("--port") + 1] = str(self.port)
+        env = {**os.environ, **compose_environment(service), **shared, "CLAWLET_HOME": str(home)}
+        env.pop("CLAWLET_REDIS_URL")
+        home.mkdir(parents=True)
+        super().__init__(command, env, home.parent / f"control-plane-{self.port}.log")
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def ready(self) -> dict[str, Any] | None:
+        assert self.process.poll() is None, self.output()
+        return health(self.url)
 
     def cli(self, *args: str) -> str:
         done = subprocess.run(
@@ -518,23 +553,24 @@ class ControlPlaneProcess:
         )
         return done.stdout
 
-    def close(self) -> None:
-        self.process.kill()
-        self.process.wait(DEADLINE)
-        self.log.close()
+
+@pytest.fixture
+def shared_database(tmp_path: Path) -> Iterator[str]:
+    """The control planes' one database: PostgreSQL as in compose when the tests have one, else a
+    SQLite file both use."""
+    if postgres.SKIP_REASON:
+        yield f"sqlite:///{tmp_path / 'controlplane.db'}"
+        return
+    with postgres.fresh_schema_url("clawlet_deploy") as url:
+        yield url
 
 
 @pytest.fixture
-def control_planes(tmp_path: Path) -> Iterator[list[ControlPlaneProcess]]:
-    services = load_compose()["services"]
-    started: list[ControlPlaneProcess] = []
-    try:
-        for name in ("control-plane-1", "control-plane-2"):
-            started.append(ControlPlaneProcess(services[name], tmp_path / name / "home"))
-        yield started
-    finally:
-        for plane in started:
-            plane.close()
+def processes() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    for process in reversed(started):
+        process.close()
 
 
 def haproxy_stat(sock: Path) -> list[dict[str, str]]:
@@ -549,14 +585,36 @@ def haproxy_stat(sock: Path) -> list[dict[str, str]]:
 
 
 def test_the_files_settings_against_real_control_planes_behind_real_haproxy(
-    haproxy_binary: str, control_planes: list[ControlPlaneProcess], tmp_path: Path
+    haproxy_binary: str, shared_database: str, processes: list[Process], tmp_path: Path
 ) -> None:
-    first, second = control_planes
-    # HAProxy with deploy/haproxy.cfg, its addresses moved to loopback, and a stats socket to watch
-    # its health checks
-    port, sock = free_port(), tmp_path / "haproxy.sock"
-    config = HAPROXY_CFG.read_text(encoding="utf-8")
-    config = config.replace("bind :8080", f"bind 127.0.0.1:{port}")
+    """compose.yaml's control planes (their command, environment, one database and the JWT secret
+    deploy/init-env makes) behind HAProxy running deploy/haproxy.cfg, with the balancer's name
+    ``haproxy:8080`` moved to a loopback port in both; then an execution plane started as compose
+    starts it, from vm-credentials without the ticket, fails over between the instances."""
+    services = load_compose()["services"]
+    port = free_port()
+    balancer = f"127.0.0.1:{port}"
+    secrets = {
+        name: value
+        for name, value in (
+            line.split("=", 1)
+            for line in (init_env(tmp_path / "env") / "control-plane.env").read_text().splitlines()
+        )
+    }
+    shared = {
+        "CLAWLET_CP_JWT_SECRET": secrets["CLAWLET_CP_JWT_SECRET"],
+        "CLAWLET_CP_DATABASE_URL": shared_database,
+    }
+    planes = []
+    for name in ("control-plane-1", "control-plane-2"):
+        planes.append(ControlPlane(services[name], tmp_path / name / "home", balancer, shared))
+        processes.append(planes[-1])
+        wait_until(planes[-1].ready, f"{name} to start")  # one at a time: both migrate the database
+    first, second = planes
+    # HAProxy with deploy/haproxy.cfg, moved to loopback, and a stats socket to watch its checks
+    sock = tmp_path / "haproxy.sock"
+    config = HAPROXY_CFG.read_text(encoding="utf-8").replace(BALANCER, balancer)
+    config = config.replace("bind :8080", f"bind {balancer}")
     config = config.replace("control-plane-1:8100", f"127.0.0.1:{first.port}")
     config = config.replace("control-plane-2:8100", f"127.0.0.1:{second.port}")
     config = config.replace("global\n", f"global\n    stats socket {sock} level admin\n", 1)
@@ -566,38 +624,51 @@ def test_the_files_settings_against_real_control_planes_behind_real_haproxy(
         [haproxy_binary, "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=log, stderr=log
     )
     try:
-        # every server of both backends passes the configured HTTP check (GET /health, Host haproxy:8080)
-        deadline = time.monotonic() + DEADLINE
-        while True:
+        # every server of both backends passes the configured HTTP check (GET /health with the
+        # balancer's Host)
+        def checked() -> bool:
+            assert haproxy.poll() is None, (tmp_path / "haproxy.log").read_text()
             rows = haproxy_stat(sock) if sock.exists() else []
             servers = [row for row in rows if row["svname"] not in ("FRONTEND", "BACKEND")]
-            if len(servers) == 4 and all(
-                row["status"] == "UP" and row["check_status"] == "L7OK" for row in servers
-            ):
-                break
             # a check answered with another status (the Host check's 421, say) will not change
             assert not any(row["check_status"] == "L7STS" for row in servers), servers
-            assert haproxy.poll() is None and time.monotonic() < deadline, (
-                servers,
-                (tmp_path / "haproxy.log").read_text(),
+            return len(servers) == 4 and all(
+                row["status"] == "UP" and row["check_status"] == "L7OK" for row in servers
             )
-            time.sleep(0.2)
-        via = f"http://127.0.0.1:{port}"
+
+        wait_until(checked, "HAProxy's health checks")
+        via = f"http://{balancer}"
         # a browser at the compose host's published port: allowed by CLAWLET_ALLOWED_HOSTS; others get 421
         answered = httpx.get(f"{via}/auth", headers={"Host": "localhost:8080"}, timeout=30)
         assert answered.status_code == 200 and answered.json()["required"] is True
         assert httpx.get(f"{via}/health", headers={"Host": "evil.example"}, timeout=30).status_code == 421
         assert httpx.get(f"{via}/haproxy-health", timeout=30).status_code == 200
-        # /ws/vm upgrades through HAProxy with the Host execution planes send (CONTROL_PLANE_WS)
-        key = base64.b64encode(os.urandom(16)).decode()
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
-            client.sendall(
-                (
-                    "GET /ws/vm?user_id=alice HTTP/1.1\r\nHost: haproxy:8080\r\nUpgrade: websocket\r\n"
-                    f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                ).encode()
-            )
-            assert client.recv(4096).startswith(b"HTTP/1.1 101")
+
+        # the bootstrap: add-user, and vm-credentials without its one-time ticket, as the env file
+        first.cli("add-user", "alice")
+        lines = first.cli("vm-credentials", "alice").splitlines()
+        credentials = dict(line.split("=", 1) for line in lines if not line.startswith("VM_TICKET="))
+        assert set(credentials) == {"USER_ID", "VM_TOKEN", "CONTROL_PLANE_WS"}
+        assert credentials["CONTROL_PLANE_WS"] == f"ws://{balancer}/ws/vm"  # the balancer, not an instance
+        exec_service = services["exec-plane-alice"]
+        home = tmp_path / "exec-alice"
+        env = {**os.environ, **compose_environment(exec_service), **credentials, "CLAWLET_HOME": str(home)}
+        command = [str(arg).replace("/var/lib/clawlet", str(home)) for arg in exec_service["command"]]
+        processes.append(Process(command, env, tmp_path / "exec-plane.log"))
+
+        # it holds its socket on one instance; that one dies; it reconnects through HAProxy to the
+        # other with its VM token alone (the shared database and JWT secret)
+        def holder() -> ControlPlane | None:
+            counts = {plane: (health(plane.url) or {}).get("connected_exec_planes", 0) for plane in planes}
+            return next((plane for plane, count in counts.items() if count == 1), None)
+
+        holding = wait_until(holder, "the execution plane to connect through HAProxy")
+        holding.process.kill()
+        survivor = second if holding is first else first
+        wait_until(
+            lambda: (health(survivor.url) or {}).get("connected_exec_planes") == 1,
+            f"the execution plane to reconnect to the other instance:\n{processes[-1].output()}",
+        )
     finally:
         haproxy.kill()
         haproxy.wait(DEADLINE)
@@ -613,20 +684,9 @@ def test_the_files_settings_against_real_control_planes_behind_real_haproxy(
     }
     assert paths
     for path in paths:
-        assert httpx.get(f"{first.url}{path}", timeout=30).status_code == 200
+        assert httpx.get(f"{survivor.url}{path}", timeout=30).status_code == 200
     # the compose health check's command, with the image's script
-    test = load_compose()["services"]["control-plane-1"]["healthcheck"]["test"]
+    test = services["control-plane-1"]["healthcheck"]["test"]
     assert test[:2] == ["CMD", "clawlet-healthcheck"]
-    url = test[2].replace("8100", str(first.port))
+    url = test[2].replace("8100", str(survivor.port))
     assert subprocess.run([sys.executable, str(HEALTHCHECK), url], timeout=60, check=False).returncode == 0
-    # the bootstrap: vm-credentials (without its one-time ticket) is what an execution plane needs,
-    # pointing at the balancer
-    first.cli("add-user", "alice")
-    lines = [
-        line
-        for line in first.cli("vm-credentials", "alice").splitlines()
-        if not line.startswith("VM_TICKET=")
-    ]
-    credentials = dict(line.split("=", 1) for line in lines)
-    assert set(credentials) == {"USER_ID", "VM_TOKEN", "CONTROL_PLANE_WS"}
-    assert credentials["CONTROL_PLANE_WS"] == "ws://haproxy:8080/ws/vm"
