@@ -36,9 +36,10 @@ RUN /opt/clawlet/bin/pip install --no-deps . \
 # --- what runs ----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
 # bubblewrap: the sandbox of terminal, python_repl and MCP servers (README "The tool sandbox"); in a
-# container it needs seccomp, AppArmor and /proc masks relaxed (deploy/compose.yaml, deploy/k8s)
+# container it needs seccomp, AppArmor and /proc masks relaxed (deploy/compose.yaml, deploy/k8s).
+# tini: PID 1, which forwards signals and reaps the orphans of session and tool processes.
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap tini \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 clawlet \
  && useradd --system --uid 10001 --gid clawlet --home-dir /var/lib/clawlet --create-home \
@@ -55,5 +56,5 @@ EXPOSE 8002 8100
 # clawlet serve's liveness endpoint; a control plane's service overrides the URL (compose, k8s)
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
   CMD ["clawlet-healthcheck", "http://127.0.0.1:8002/health/live"]
-ENTRYPOINT ["clawlet"]
+ENTRYPOINT ["/usr/bin/tini", "--", "clawlet"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8002"]

@@ -20,6 +20,7 @@ name, and an execution plane started from the bootstrap's credentials that fails
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import io
@@ -69,8 +70,8 @@ COMMAND_IN_TEXT = re.compile(r"\bclawlet ((?:control-plane|exec-plane|serve)\b[^
 # -- loading ------------------------------------------------------------------------------------
 
 
-def load_compose(text: str | None = None) -> dict[str, Any]:
-    data = yaml.safe_load(COMPOSE.read_text(encoding="utf-8") if text is None else text)
+def load_compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     return data
 
@@ -196,8 +197,9 @@ def dockerfile_problems(text: str, dockerignore: str) -> list[str]:
     users = [value for name, value in final if name == "USER"]
     if not users or users[-1].split(":")[0] in ("root", "0"):
         problems.append(f"the final stage runs as {users[-1] if users else 'root'}")
-    if ("ENTRYPOINT", '["clawlet"]') not in final:
-        problems.append("the final stage's ENTRYPOINT is not clawlet")
+    entrypoints = [json.loads(value) for name, value in final if name == "ENTRYPOINT"]
+    if not entrypoints or entrypoints[-1][-1] != "clawlet":
+        problems.append("the final stage's ENTRYPOINT does not run clawlet")
     if not any(name == "HEALTHCHECK" for name, _ in final):
         problems.append("no HEALTHCHECK")
     for name, value in instructions:
@@ -245,13 +247,10 @@ def command_problems(command: list[str]) -> list[str]:
     ``python -m clawlet <command> --help``."""
     stderr = io.StringIO()
     try:
-        real_stderr, sys.stderr = sys.stderr, stderr
-        build_parser().parse_args(command)
-    except SystemExit as exc:
-        if exc.code:
-            return [f"clawlet {shlex.join(command)}: {stderr.getvalue().strip()}"]
-    finally:
-        sys.stderr = real_stderr
+        with contextlib.redirect_stderr(stderr):
+            build_parser().parse_args(command)
+    except SystemExit as exc:  # argparse's way of refusing
+        return [f"clawlet {shlex.join(command)}: exit {exc.code}: {stderr.getvalue().strip()}"]
     done = subprocess.run(
         [sys.executable, "-m", "clawlet", *command, "--help"],
         capture_output=True,
