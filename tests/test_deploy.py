@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -475,11 +475,14 @@ def test_healthcheck_script(tmp_path: Path) -> None:
 BALANCER = "haproxy:8080"
 
 
-def wait_until(check: Any, what: str, timeout: float = DEADLINE) -> Any:
-    """Poll ``check()`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+def wait_until(check: Callable[[], Any], what: str | Callable[[], str], timeout: float = DEADLINE) -> Any:
+    """Poll ``check()`` until it returns something truthy; fail naming ``what`` (or what it returns
+    then) after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, (
+            f"timed out waiting for {what if isinstance(what, str) else what()}"
+        )
         time.sleep(0.1)
     return result
 
@@ -666,7 +669,9 @@ def test_the_files_settings_against_real_control_planes_behind_real_haproxy(
         survivor = second if holding is first else first
         wait_until(
             lambda: (health(survivor.url) or {}).get("connected_exec_planes") == 1,
-            f"the execution plane to reconnect to the other instance:\n{processes[-1].output()}",
+            lambda: f"the execution plane to reconnect to the other instance:\n{processes[-1].output()}",
+            # its backoff (1, 2, 4, … 30 s) while HAProxy may still send it to the dead instance
+            timeout=2 * DEADLINE,
         )
     finally:
         haproxy.kill()
