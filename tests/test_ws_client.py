@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -130,6 +130,14 @@ class ToyClient:
         return await self.socket.pending.call(request_id, method, lambda: self.socket.send(frame), timeout)
 
 
+async def hanging(client: ToyClient, server: ToyServer) -> asyncio.Future[Any]:
+    """A request the server never answers, once the server has it."""
+    seen = len(server.received)
+    waiting = asyncio.ensure_future(client.request("hang"))
+    await until(lambda: any(f.get("method") == "hang" for f in server.received[seen:]))
+    return waiting
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[ToyServer]:
     toy = ToyServer()
@@ -138,21 +146,32 @@ async def server() -> AsyncIterator[ToyServer]:
     await toy.stop()
 
 
+Connected = Callable[..., Awaitable[ToyClient]]
+
+
 @pytest.fixture
-async def clients() -> AsyncIterator[list[ToyClient]]:
+async def connected(server: ToyServer) -> AsyncIterator[Connected]:
+    """Makes clients of ``server`` and connects them; closes them all at the end."""
     made: list[ToyClient] = []
-    yield made
+
+    async def make(**options: Any) -> ToyClient:
+        client = ToyClient(server.url, **options)
+        made.append(client)
+        await client.socket.connect()
+        return client
+
+    yield make
     for client in made:
         await client.socket.close()
 
 
 async def test_reconnects_after_the_server_drops_the_connection(
-    server: ToyServer, clients: list[ToyClient], caplog: pytest.LogCaptureFixture
+    server: ToyServer, connected: Connected, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    client = ToyClient(server.url)
-    clients.append(client)
-    first = await client.socket.connect()
+    client = await connected()
+    first = client.socket.current
+    assert first is not None
     assert first.state == "hello" and client.socket.state == "connected"
     assert await client.request("ping") == "ping"
     assert "ignoring a bad frame from the toy server" in caplog.text
@@ -165,13 +184,10 @@ async def test_reconnects_after_the_server_drops_the_connection(
 
 
 async def test_backoff_schedule_is_one_attempt_per_delay_then_gives_up_and_fails_waiting_requests(
-    server: ToyServer, clients: list[ToyClient]
+    server: ToyServer, connected: Connected
 ) -> None:
-    client = ToyClient(server.url, delays=4)
-    clients.append(client)
-    await client.socket.connect()
-    waiting = asyncio.ensure_future(client.request("hang"))
-    await until(lambda: any(f.get("method") == "hang" for f in server.received))
+    client = await connected(delays=4)
+    waiting = await hanging(client, server)
     server.refusing = True
     before = server.attempts
     server.drop_latest()
@@ -186,11 +202,9 @@ async def test_backoff_schedule_is_one_attempt_per_delay_then_gives_up_and_fails
 
 
 async def test_offline_keeps_retrying_with_retry_every_and_comes_back(
-    server: ToyServer, clients: list[ToyClient]
+    server: ToyServer, connected: Connected
 ) -> None:
-    client = ToyClient(server.url, retry_every=0.01, delays=2)
-    clients.append(client)
-    await client.socket.connect()
+    client = await connected(retry_every=0.01, delays=2)
     server.refusing = True
     before = server.attempts
     server.drop_latest()
@@ -202,11 +216,9 @@ async def test_offline_keeps_retrying_with_retry_every_and_comes_back(
 
 
 async def test_sending_while_reconnecting_fails_clearly_and_waiting_gets_the_new_connection(
-    server: ToyServer, clients: list[ToyClient]
+    server: ToyServer, connected: Connected
 ) -> None:
-    client = ToyClient(server.url, retry_every=0.01)
-    clients.append(client)
-    await client.socket.connect()
+    client = await connected(retry_every=0.01)
     server.refusing = True
     server.drop_latest()
     await until(lambda: client.socket.current is None)
@@ -224,14 +236,11 @@ async def test_sending_while_reconnecting_fails_clearly_and_waiting_gets_the_new
 
 
 async def test_a_request_waiting_across_a_reconnect_keeps_waiting(
-    server: ToyServer, clients: list[ToyClient]
+    server: ToyServer, connected: Connected
 ) -> None:
     """The socket fails waiting requests only on give-up or close: the protocol decides the rest."""
-    client = ToyClient(server.url)
-    clients.append(client)
-    await client.socket.connect()
-    waiting = asyncio.ensure_future(client.request("hang"))
-    await until(lambda: len(client.socket.pending) == 1)
+    client = await connected()
+    waiting = await hanging(client, server)
     server.drop_latest()
     await until(lambda: client.socket.connects == 2)
     assert not waiting.done()
@@ -240,12 +249,9 @@ async def test_a_request_waiting_across_a_reconnect_keeps_waiting(
     assert not client.socket.pending.resolve(rid, "twice")
 
 
-async def test_a_final_refusal_stops_for_good(server: ToyServer, clients: list[ToyClient]) -> None:
-    client = ToyClient(server.url)
-    clients.append(client)
-    await client.socket.connect()
-    waiting = asyncio.ensure_future(client.request("hang"))
-    await until(lambda: len(client.socket.pending) == 1)
+async def test_a_final_refusal_stops_for_good(server: ToyServer, connected: Connected) -> None:
+    client = await connected()
+    waiting = await hanging(client, server)
     server.refuse_handshake = True
     before = server.attempts
     server.drop_latest()
@@ -269,11 +275,9 @@ async def test_a_failed_first_connect_leaves_nothing_running(server: ToyServer) 
 
 
 async def test_handler_errors_are_logged_and_the_reader_goes_on(
-    server: ToyServer, clients: list[ToyClient], caplog: pytest.LogCaptureFixture
+    server: ToyServer, connected: Connected, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = ToyClient(server.url)
-    clients.append(client)
-    await client.socket.connect()
+    client = await connected()
     await server.connections[-1].send(json.dumps({"type": "boom"}))
     assert await client.request("still") == "still"
     assert "failed to handle a frame from the toy server" in caplog.text
@@ -281,11 +285,11 @@ async def test_handler_errors_are_logged_and_the_reader_goes_on(
 
 
 async def test_drop_closes_with_a_reason_and_stop_on_loss_tasks_end(
-    server: ToyServer, clients: list[ToyClient]
+    server: ToyServer, connected: Connected
 ) -> None:
-    client = ToyClient(server.url)
-    clients.append(client)
-    conn = await client.socket.connect()
+    client = await connected()
+    conn = client.socket.current
+    assert conn is not None
     idle = asyncio.Event()
     conn.spawn(idle.wait(), "idle-task", stop_on_loss=True)
     kept = asyncio.Event()
@@ -300,12 +304,10 @@ async def test_drop_closes_with_a_reason_and_stop_on_loss_tasks_end(
 
 
 async def test_close_fails_waiting_requests_and_ends_wait_closed(
-    server: ToyServer, clients: list[ToyClient]
+    server: ToyServer, connected: Connected
 ) -> None:
-    client = ToyClient(server.url)
-    await client.socket.connect()
-    waiting = asyncio.ensure_future(client.request("hang"))
-    await until(lambda: len(client.socket.pending) == 1)
+    client = await connected()
+    waiting = await hanging(client, server)
     closed = asyncio.ensure_future(client.socket.wait_closed())
     await client.socket.close()
     await closed

@@ -136,7 +136,8 @@ class Wire:
         """Loop time of the last frame received (bad ones too)."""
 
     async def send(self, frame: Any) -> None:
-        """Send one frame; raises ``ConnectionClosed``."""
+        """Send one frame; raises ``ConnectionClosed``. Tasks may send at the same time: websockets
+        writes each whole message at once (no lock needed)."""
         owner = self._owner
         owner.observe("out", frame)
         if log.isEnabledFor(logging.DEBUG):
