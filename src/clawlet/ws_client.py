@@ -45,7 +45,7 @@ _ws_log.setLevel(logging.INFO)
 S = TypeVar("S")
 SocketState = Literal["idle", "connected", "reconnecting", "offline", "closed"]
 FrameObserver = Callable[[str, dict[str, Any]], None]
-"""``observer(direction, frame)``: direction ``"in"``, ``"out"``, or ``"connect"`` (frame ``{url}``)."""
+"""``observer(direction, frame)``: direction ``"in"`` or ``"out"`` (a protocol may add its own)."""
 
 
 @dataclass(frozen=True)
@@ -220,18 +220,13 @@ class ReconnectingSocket(Generic[S]):
         on_lost: Callable[[Connection[S], str], None] = lambda conn, reason: None,
         redact: Callable[[Any], Any] = lambda frame: frame,
         redact_observed: bool = False,
-        observe_connect: bool = False,
         task_prefix: str = "ws-client",
     ) -> None:
         self.url, self.noun, self.decode, self.encode, self.redact = url, noun, decode, encode, redact
         self.schedule, self.retry_every, self.limits = schedule, retry_every, limits
         self._handshake, self._on_frame, self._on_open, self._on_lost = handshake, on_frame, on_open, on_lost
         self._unavailable, self._errors, self._is_final, self._refine = unavailable, errors, is_final, refine
-        self._redact_observed, self._observe_connect, self._prefix = (
-            redact_observed,
-            observe_connect,
-            task_prefix,
-        )
+        self._redact_observed, self._prefix = redact_observed, task_prefix
         self.observer: FrameObserver | None = None
         self.pending = PendingRequests()
         self.state: SocketState = "idle"
@@ -289,8 +284,6 @@ class ReconnectingSocket(Generic[S]):
         """One connection attempt: socket and handshake (see the module docstring)."""
         url = self.url()
         where = safe_url(url)
-        if self._observe_connect:
-            self.observe("connect", {"url": url})
         log.info("connecting to the %s at %s", self.noun, where)
         try:
             try:

@@ -306,7 +306,6 @@ class ControlPlaneClient(SocketClient):
             on_lost=self._lost,
             redact=redact_frame,
             redact_observed=True,
-            observe_connect=True,
             task_prefix="control-plane",
         )
         self._socket.observer = on_frame
@@ -607,10 +606,13 @@ class ControlPlaneClient(SocketClient):
         return "not connected to the control plane"
 
     def _next_url(self) -> str:
-        """The URL of the next attempt: with the ticket until a server has seen it."""
+        """The URL of the next attempt: with the ticket until a server has seen it (``on_frame`` sees
+        it as ``("connect", {url})``)."""
         if self._ticket:
             log.info("connecting with a ticket")
-        return connect_url(self.url, self.user_id, self._ticket)
+        url = connect_url(self.url, self.user_id, self._ticket)
+        self._socket.observe("connect", {"url": url})
+        return url
 
     def _refusal(self, exc: Exception) -> Exception | None:
         """A failed opening that is a refusal: HTTP 401/403, or a close with 4401 before ``init``."""
