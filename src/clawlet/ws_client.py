@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -105,25 +105,22 @@ class PendingRequests:
             self._waiting.pop(request_id, None)
 
     def resolve(self, request_id: str, result: Any) -> bool:
-        """Answer a request; ``False`` when it is unknown or already settled."""
-        future = self._future(request_id)
-        if future is not None:
-            future.set_result(result)
-        return future is not None
+        """Answer a request; ``False`` when it is unknown or already settled (so is :meth:`fail`)."""
+        return self._settle(request_id, lambda future: future.set_result(result))
 
     def fail(self, request_id: str, error: BaseException) -> bool:
-        future = self._future(request_id)
-        if future is not None:
-            future.set_exception(error)
-        return future is not None
+        return self._settle(request_id, lambda future: future.set_exception(error))
 
     def fail_all(self, error: BaseException) -> int:
         """Fail every request still waiting; returns how many."""
         return sum(self.fail(rid, error) for rid in list(self._waiting))
 
-    def _future(self, request_id: str) -> asyncio.Future[Any] | None:
+    def _settle(self, request_id: str, settle: Callable[[asyncio.Future[Any]], None]) -> bool:
         entry = self._waiting.get(request_id)
-        return entry[0] if entry is not None and not entry[0].done() else None
+        if entry is None or entry[0].done():
+            return False
+        settle(entry[0])
+        return True
 
 
 class Wire:
@@ -286,39 +283,8 @@ class ReconnectingSocket(Generic[S]):
         where = safe_url(url)
         log.info("connecting to the %s at %s", self.noun, where)
         try:
-            try:
-                limits = self.limits
-                ws = await connect(
-                    url,
-                    open_timeout=limits.open_timeout,
-                    close_timeout=limits.close_timeout,
-                    max_size=limits.max_size,
-                    ping_interval=limits.ping_interval,
-                    ping_timeout=limits.ping_timeout,
-                    logger=_ws_log,
-                )
-            except (InvalidURI, OSError, TimeoutError, WebSocketException) as exc:
-                if isinstance(exc, InvalidURI):
-                    raise self._unavailable(f"invalid {self.noun} URL {where!r}") from None
-                raise self._refine(exc) or self._unavailable(
-                    f"cannot connect to the {self.noun} at {where}: {exc}"
-                ) from None
-            try:
-                state = await asyncio.wait_for(self._handshake(Wire(self, ws)), self.limits.open_timeout)
-            except BaseException as exc:
-                with contextlib.suppress(Exception):
-                    await ws.close()
-                if isinstance(exc, TimeoutError):
-                    raise self._unavailable(
-                        f"the {self.noun} at {where} did not complete the handshake"
-                        f" within {self.limits.open_timeout:g}s"
-                    ) from None
-                if isinstance(exc, ConnectionClosed):
-                    raise self._refine(exc) or self._unavailable(
-                        f"the {self.noun} at {where} closed the connection during the handshake"
-                        f" ({close_description(exc)})"
-                    ) from None
-                raise
+            ws = await self._connect(url, where)
+            state = await self._greet(ws, where)
         except Exception as exc:
             self.last_error = exc
             raise
@@ -329,6 +295,35 @@ class ReconnectingSocket(Generic[S]):
         self._up.set()
         self._on_open(conn)
         return conn
+
+    async def _connect(self, url: str, where: str) -> ClientConnection:
+        try:
+            return await connect(url, logger=_ws_log, **asdict(self.limits))
+        except InvalidURI:
+            raise self._unavailable(f"invalid {self.noun} URL {where!r}") from None
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            refined = self._refine(exc)
+            raise refined or self._unavailable(
+                f"cannot connect to the {self.noun} at {where}: {exc}"
+            ) from None
+
+    async def _greet(self, ws: ClientConnection, where: str) -> S:
+        """The protocol's handshake on a new socket, within the open timeout; closes it on failure."""
+        try:
+            return await asyncio.wait_for(self._handshake(Wire(self, ws)), self.limits.open_timeout)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await ws.close()
+            if isinstance(exc, TimeoutError):
+                within = f"within {self.limits.open_timeout:g}s"
+                raise self._unavailable(
+                    f"the {self.noun} at {where} did not complete the handshake {within}"
+                ) from None
+            if isinstance(exc, ConnectionClosed):
+                refined = self._refine(exc)
+                during = f"closed the connection during the handshake ({close_description(exc)})"
+                raise refined or self._unavailable(f"the {self.noun} at {where} {during}") from None
+            raise
 
     async def wait_connected(self, deadline: float | None) -> Connection[S]:
         """The connection, once the running reconnect cycle has one (by loop time ``deadline``);
