@@ -49,6 +49,8 @@ class ToyServer:
         """Opening requests seen (refused ones too)."""
         self.refusing = False
         self.refuse_handshake = False
+        self.hold_hello: asyncio.Event | None = None
+        """When set, ``hello`` waits for it (a handshake in progress)."""
         self.connections: list[ServerConnection] = []
         self.received: list[dict[str, Any]] = []
         self._server: Server | None = None
@@ -79,6 +81,8 @@ class ToyServer:
     async def _handle(self, ws: ServerConnection) -> None:
         self.connections.append(ws)
         await ws.send("not json")  # a bad frame first: skipped, never fatal
+        if self.hold_hello is not None:
+            await self.hold_hello.wait()
         await ws.send(json.dumps({"type": "refuse" if self.refuse_handshake else "hello"}))
         with contextlib.suppress(ConnectionClosed):
             async for raw in ws:
@@ -326,3 +330,16 @@ async def test_pending_requests_time_out_and_leave_nothing_behind() -> None:
     with pytest.raises(TimeoutError):
         await pending.call("r1", "slow", send, 0.01)
     assert len(pending) == 0 and not pending.resolve("r1", "late")
+
+
+async def test_close_during_the_first_connect_leaves_nothing_running(server: ToyServer) -> None:
+    server.hold_hello = asyncio.Event()
+    client = ToyClient(server.url)
+    connecting = asyncio.ensure_future(client.socket.connect())
+    await until(lambda: server.connections)  # the socket is open, the handshake waits
+    await client.socket.close()
+    server.hold_hello.set()
+    with pytest.raises(Unavailable, match="client was closed"):
+        await connecting
+    assert client.socket.current is None and not client.socket.running
+    assert client.socket.state == "closed"

@@ -273,6 +273,7 @@ class ReconnectingSocket(Generic[S]):
         conn = await (opener or self.open)()
         if self.closing:  # close() ran while connecting
             await self._shutdown(conn)
+            self.state = "closed"
             raise self._unavailable(f"the {self.noun} client was closed")
         self._manager = asyncio.create_task(self._manage(conn), name=f"{self._prefix}-manager")
         return conn
