@@ -49,6 +49,10 @@ Nothing reported is lost to a dropped connection (seed §10, details in :mod:`cl
 * while disconnected, ``memory_search`` returns ``[]``; ``mcp_call`` and ``get_skill_package`` raise
   :class:`ControlPlaneUnavailable` with a message an agent can plan around.
 
+The transport (opening the socket, the reader, the reconnect loop, waiting requests, closing) is
+:class:`clawlet.ws_client.ReconnectingSocket`; this module is the protocol over it. Incoming frames are
+dispatched by type through ``ControlPlaneClient._frame_handlers`` (one method per type).
+
 Incoming ``start_session``/``stop_session`` go to ``on_start_session``/``on_stop_session``;
 ``user_message``/``cancel`` to the handlers given to :meth:`ControlPlaneClient.register_session`.
 Each handler call runs as its own task in arrival order (a handler that must not overlap with the
@@ -72,8 +76,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from clawlet.cluster.offline import (
     DEFAULT_SSE_BUFFER_LIMIT,
@@ -103,11 +106,18 @@ from clawlet.cluster.protocol import (
     RECONNECT_BACKOFF,
     REFUSAL_CODES,
     REQUEST_TIMEOUT,
+    CancelFrame,
+    ErrorFrame,
     ErrorShape,
-    Frame,
     FrameError,
+    HeartbeatFrame,
+    InitFrame,
+    ResponseFrame,
     ResumeResponseFrame,
     SseEventFrame,
+    StartSessionFrame,
+    StopSessionFrame,
+    UserMessageFrame,
     auth_frame,
     decode,
     encode,
@@ -119,16 +129,20 @@ from clawlet.cluster.protocol import (
     resume_frame,
     sse_event_frame,
 )
+from clawlet.ws_client import (
+    Connection,
+    FrameObserver,
+    Limits,
+    ReconnectingSocket,
+    SocketClient,
+    Wire,
+    close_description,
+    safe_url,
+)
 
 log = logging.getLogger(__name__)
-#: websockets logs frames and the opening request at DEBUG (the ``auth`` frame holds the JWT, the
-#: first URL the ticket); its logger for control-plane connections never goes below INFO.
-_ws_log = logging.getLogger(f"{__name__}.websocket")
-_ws_log.setLevel(logging.INFO)
 
 ClientState = Literal["idle", "connected", "reconnecting", "offline", "closed"]
-FrameObserver = Callable[[str, dict[str, Any]], None]
-"""``on_frame(direction, frame)``: direction ``"in"``, ``"out"``, or ``"connect"`` (frame ``{url}``)."""
 Handler = Callable[[dict[str, Any]], Awaitable[Any] | None]
 """A message handler: called with the frame's ``data``; may be a coroutine function."""
 
@@ -144,6 +158,8 @@ ENV_USER_ID: Final = "USER_ID"
 ENV_VM_TOKEN: Final = "VM_TOKEN"  # noqa: S105 (a variable name)
 ENV_VM_TICKET: Final = "VM_TICKET"
 ENV_CONTROL_PLANE_WS: Final = "CONTROL_PLANE_WS"
+
+__all__ = ["FrameObserver", "safe_url"]  # re-exported: the exec plane imports them from here
 
 
 class ControlPlaneUnavailable(ConnectionError):
@@ -199,39 +215,23 @@ class ControlPlaneError(Exception):
 
 
 @dataclass(eq=False)
-class _Pending:
-    future: asyncio.Future[Any]
-    method: str
-    session_id: str
-
-
-@dataclass(eq=False)
 class _SessionHandlers:
     on_user_message: Handler
     on_cancel: Handler | None
 
 
 @dataclass(eq=False)
-class _Connection:
-    ws: ClientConnection
-    number: int
-    reader: asyncio.Task[None] | None = None
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    resume_waiter: asyncio.Future[ResumeResponseFrame] | None = None
-    lost: bool = False
-    acks: bool = False
+class _Link:
+    """What one connection to the control plane adds to the socket's: ``init`` and acknowledgements."""
+
+    init: dict[str, Any]
+    acks: bool
     """The control plane acknowledges heartbeats (``init``'s ``heartbeat_ack``)."""
     ack_waiters: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    resume_waiter: asyncio.Future[ResumeResponseFrame] | None = None
 
 
-def safe_url(url: str) -> str:
-    """``url`` without its query (ticket) or credentials, for logs and error messages."""
-    try:
-        parts = urlsplit(url)
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
-    except ValueError:
-        return "<invalid control plane url>"
+_Conn = Connection[_Link]
 
 
 def connect_url(url: str, user_id: str, ticket: str | None = None) -> str:
@@ -244,8 +244,9 @@ def connect_url(url: str, user_id: str, ticket: str | None = None) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
 
 
-class ControlPlaneClient:
-    """The execution plane's control-plane connection (see the module docstring)."""
+class ControlPlaneClient(SocketClient):
+    """The execution plane's control-plane connection (see the module docstring). ``on_frame`` also
+    sees ``("connect", {url})`` before each attempt; frames it sees are redacted (:func:`redact_frame`)."""
 
     def __init__(
         self,
@@ -281,7 +282,6 @@ class ControlPlaneClient:
         self.heartbeat_interval = heartbeat_interval
         self.backoff: tuple[float, ...] = tuple(backoff)
         self.connect_timeout = connect_timeout
-        self.on_frame = on_frame
         self.on_start_session = on_start_session
         self.on_stop_session = on_stop_session
         self.on_http: Callable[[Mapping[str, Any]], None] | None = None
@@ -289,18 +289,48 @@ class ControlPlaneClient:
         ``http_resume`` frame (the tunnel: :class:`clawlet.cluster.tunnel.TunnelServer`)."""
         self.stream_id = uuid.uuid4().hex[:16]
         """Numbers this process's SSE events (``sse_event.stream``)."""
-        self.connects = 0
-        """Successful handshakes so far (the first connect and every reconnect)."""
-        self.last_error: BaseException | None = None
-        self._state: ClientState = "idle"
+        self._socket = ReconnectingSocket[_Link](
+            self._next_url,
+            noun="control plane",
+            handshake=self._handshake,
+            on_frame=self._dispatch,
+            decode=decode,
+            encode=encode,
+            unavailable=ControlPlaneUnavailable,
+            errors=(ControlPlaneUnavailable,),
+            schedule=lambda: self.backoff,
+            retry_every=self.backoff[-1],
+            limits=Limits(
+                open_timeout=connect_timeout, close_timeout=CLOSE_TIMEOUT, max_size=MAX_FRAME_BYTES
+            ),
+            is_final=lambda exc: isinstance(exc, ControlPlaneRefused) and exc.final,
+            refine=self._refusal,
+            on_open=self._opened,
+            on_lost=self._lost,
+            redact=redact_frame,
+            redact_observed=True,
+            task_prefix="control-plane",
+        )
+        self._socket.observer = on_frame
         self._init_data: dict[str, Any] = {}
-        self._conn: _Connection | None = None
-        self._manager: asyncio.Task[None] | None = None
-        self._final_error: BaseException | None = None
         self._close_called = False
-        self._pending: dict[str, _Pending] = {}
         self._sessions: dict[str, _SessionHandlers] = {}
         self._handler_tasks: set[asyncio.Task[Any]] = set()
+        #: How each incoming frame type is handled (the reader calls one per frame; add types here).
+        self._frame_handlers: dict[str, Callable[[_Conn, Any], None]] = {
+            "response": self._on_response,
+            "resume_response": self._on_resume_response,
+            "user_message": self._on_session_message,
+            "cancel": self._on_session_message,
+            "start_session": self._on_machine_message,
+            "stop_session": self._on_machine_message,
+            "init": self._on_init,
+            "error": self._on_error,
+            "heartbeat": self._on_heartbeat,
+            "http_request": self._on_http,
+            "http_cancel": self._on_http,
+            "http_resume": self._on_http,
+        }
         self._queue = DiskQueue(self.state_dir / USAGE_QUEUE_FILE)
         self._ff_wakeup = asyncio.Event()
         self._pump_lock = asyncio.Lock()
@@ -334,22 +364,18 @@ class ControlPlaneClient:
 
     def __repr__(self) -> str:
         return (
-            f"ControlPlaneClient(url={safe_url(self.url)!r}, user_id={self.user_id!r}, state={self._state!r})"
+            f"ControlPlaneClient(url={safe_url(self.url)!r}, user_id={self.user_id!r}, state={self.state!r})"
         )
 
     # -- state ---------------------------------------------------------------------------------
 
     @property
     def state(self) -> ClientState:
-        return self._state
+        return self._socket.state
 
     @property
     def _is_closed(self) -> bool:
-        return self._state == "closed"
-
-    @property
-    def connected(self) -> bool:
-        return self._conn is not None and not self._conn.lost
+        return self.state == "closed"
 
     @property
     def init_data(self) -> dict[str, Any]:
@@ -365,7 +391,7 @@ class ControlPlaneClient:
     @property
     def pending_count(self) -> int:
         """Requests waiting for a response."""
-        return len(self._pending)
+        return len(self._socket.pending)
 
     @property
     def buffered_sse_events(self) -> int:
@@ -385,10 +411,9 @@ class ControlPlaneClient:
         """Connect (one attempt) and return ``init``'s ``data``; see the module docstring."""
         if self._is_closed:
             raise ControlPlaneUnavailable("the control plane client is closed")
-        if self._manager is not None:
+        if self._socket.started:
             raise RuntimeError("connect() was already called; the client reconnects by itself")
-        conn = await self._open()
-        self._manager = asyncio.create_task(self._manage(conn), name="control-plane-manager")
+        await self._socket.connect()
         return self._init_data
 
     async def close(self) -> None:
@@ -398,17 +423,7 @@ class ControlPlaneClient:
         if self._close_called:
             return
         self._close_called = True
-        self._state = "closed"
-        error = ControlPlaneUnavailable("the control plane client was closed")
-        manager, self._manager = self._manager, None
-        if manager is not None and manager is not asyncio.current_task():
-            manager.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await manager
-        conn = self._conn
-        if conn is not None:
-            await self._shutdown(conn)
-        self._fail_pending(error)
+        await self._socket.close()
         handler_tasks = list(self._handler_tasks)
         for task in handler_tasks:
             task.cancel()
@@ -419,18 +434,11 @@ class ControlPlaneClient:
 
     async def wait_closed(self) -> None:
         """Wait until the client stops for good (:meth:`close`, or a final refusal, which is raised)."""
-        manager = self._manager
-        if manager is not None:
-            await asyncio.wait({manager})
-        if self._final_error is not None:
-            raise self._final_error
+        await self._socket.wait_closed()
 
     async def __aenter__(self) -> ControlPlaneClient:
         await self.connect()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -469,28 +477,24 @@ class ControlPlaneClient:
         ``timeout`` (default ``request_timeout``) seconds. A request in flight when the connection
         drops keeps waiting: the reconnect's ``resume`` settles it.
         """
-        conn = self._conn
-        if conn is None or conn.lost:
+        conn = self._socket.current
+        if conn is None:
             raise ControlPlaneUnavailable(f"cannot send {method}: {self._unavailable_reason()}")
         limit = self.request_timeout if timeout is None else timeout
         request_id = str(uuid.uuid4())
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = _Pending(future, method, session_id)
+
+        async def send() -> None:
+            try:
+                await conn.send(request_frame(request_id, session_id, method, params))
+            except ConnectionClosed:
+                log.info("the connection dropped while sending %s %s; waiting for resume", method, request_id)
+
         try:
-            async with asyncio.timeout(limit):
-                try:
-                    await self._send(conn, request_frame(request_id, session_id, method, params))
-                except ConnectionClosed:
-                    log.info(
-                        "the connection dropped while sending %s %s; waiting for resume", method, request_id
-                    )
-                return await future
+            return await self._socket.pending.call(request_id, method, send, limit)
         except TimeoutError as exc:
             if isinstance(exc, RequestTimeout):
                 raise
             raise RequestTimeout(f"the control plane did not answer {method} within {limit:g}s") from None
-        finally:
-            self._pending.pop(request_id, None)
 
     async def get_skill_package(self, session_id: str, skill_id: str, version: str = "latest") -> Any:
         """A skill package the local cache lacks (fails while offline: the skill is unavailable)."""
@@ -540,12 +544,12 @@ class ControlPlaneClient:
         frame = fire_and_forget_frame(uuid.uuid4().hex, session_id, method, params)
         encode(frame)  # not serialisable → TypeError now, not in the flush
         if method in SKIPPED_OFFLINE:
-            conn = self._conn
-            if conn is None or conn.lost:
+            conn = self._socket.current
+            if conn is None:
                 log.info("[degraded] %s skipped while the control plane is unreachable", method)
                 return
             with contextlib.suppress(ConnectionClosed):
-                await self._send(conn, frame)
+                await conn.send(frame)
             return
         try:
             await asyncio.to_thread(self._queue.append, frame)
@@ -573,11 +577,11 @@ class ControlPlaneClient:
 
     async def send_frame(self, frame: Mapping[str, Any]) -> bool:
         """Send ``frame`` now if connected; ``False`` (nothing kept) if not."""
-        conn = self._conn
+        conn = self._socket.current
         if conn is None or conn.lost:
             return False
         try:
-            await self._send(conn, frame)
+            await conn.send(frame)
         except Exception:
             return False
         return True
@@ -588,10 +592,10 @@ class ControlPlaneClient:
         self._sse_seq[session_id] = seq
         frame = sse_event_frame(session_id, data, seq, self.stream_id)
         async with self._sse_lock:
-            conn = self._conn
-            if self._sse_live and conn is not None and not conn.lost:
+            conn = self._socket.current
+            if self._sse_live and conn is not None:
                 try:
-                    await self._send(conn, frame)
+                    await conn.send(frame)
                 except ConnectionClosed:
                     self._sse_live = False  # it may have arrived: the replay has the same seq
                 else:
@@ -612,197 +616,78 @@ class ControlPlaneClient:
     def _unavailable_reason(self) -> str:
         if self._is_closed:
             return "the control plane client is closed"
-        if self._state == "offline":
+        if self.state == "offline":
             return f"control plane unreachable (offline; retrying every {self.backoff[-1]:g}s)"
-        if self._state == "reconnecting":
+        if self.state == "reconnecting":
             return "not connected to the control plane (reconnecting)"
         return "not connected to the control plane"
 
-    async def _open(self) -> _Connection:
-        """One connection attempt: socket (ticket in the URL at most once), ``auth``, ``init``."""
-        ticket = self._ticket
-        url = connect_url(self.url, self.user_id, ticket)
-        where = safe_url(self.url)
-        self._emit("connect", {"url": url})
-        log.info("connecting to the control plane at %s%s", where, " with a ticket" if ticket else "")
-        try:
-            ws = await connect(
-                url,
-                open_timeout=self.connect_timeout,
-                close_timeout=CLOSE_TIMEOUT,
-                max_size=MAX_FRAME_BYTES,
-                logger=_ws_log,
-            )
-        except InvalidURI:
-            raise ControlPlaneUnavailable(f"invalid control plane URL {where!r}") from None
-        except InvalidStatus as exc:
+    def _next_url(self) -> str:
+        """The URL of the next attempt: with the ticket until a server has seen it (``on_frame`` sees
+        it as ``("connect", {url})``)."""
+        if self._ticket:
+            log.info("connecting with a ticket")
+        url = connect_url(self.url, self.user_id, self._ticket)
+        self._socket.observe("connect", {"url": url})
+        return url
+
+    def _refusal(self, exc: Exception) -> Exception | None:
+        """A failed opening that is a refusal: HTTP 401/403, or a close with 4401 before ``init``."""
+        if isinstance(exc, InvalidStatus):
             self._ticket = None  # the server saw it
             status = exc.response.status_code
             if status in (401, 403):
-                raise ControlPlaneRefused(
-                    f"http_{status}", f"HTTP {status} from {where}", final=True
-                ) from None
-            raise ControlPlaneUnavailable(f"the control plane at {where} answered HTTP {status}") from None
-        except (OSError, TimeoutError, WebSocketException) as exc:
-            raise ControlPlaneUnavailable(f"cannot connect to the control plane at {where}: {exc}") from None
-        self._ticket = None  # single use: the server has it now, reconnects go without
-        try:
-            await self._send_ws(ws, auth_frame(self._token))
-            data = await asyncio.wait_for(self._await_init(ws), self.connect_timeout)
-            check_event_encoding(data)
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                await ws.close()
-            if isinstance(exc, TimeoutError):
-                raise ControlPlaneUnavailable(
-                    f"the control plane at {where} sent no init within {self.connect_timeout:g}s"
-                ) from None
-            if isinstance(exc, ConnectionClosed):
-                frame = exc.rcvd
-                code = frame.code if frame is not None else None
-                reason = (
-                    f"code {code}{f' ({frame.reason})' if frame and frame.reason else ''}"
-                    if code
-                    else "no close frame"
+                return ControlPlaneRefused(
+                    f"http_{status}", f"HTTP {status} from {safe_url(self.url)}", final=True
                 )
-                if code == CLOSE_UNAUTHORIZED:
-                    raise ControlPlaneRefused(
-                        "closed", f"closed before init ({reason})", final=True
-                    ) from None
-                raise ControlPlaneUnavailable(
-                    f"the control plane at {where} closed the connection before init ({reason})"
-                ) from None
-            raise
-        self.connects += 1
-        conn = _Connection(ws, self.connects)
-        self._conn = conn
-        self._init_data = data
-        conn.acks = data.get(INIT_HEARTBEAT_ACK) is True
-        self._state = "connected"
-        self.last_error = None
-        conn.reader = asyncio.create_task(self._read(conn), name="control-plane-reader")
-        self._spawn_for(conn, self._heartbeat(conn), "control-plane-heartbeat")
-        keys = data.get("api_keys")
-        providers = ", ".join(sorted(map(str, keys))) if isinstance(keys, dict) else "none"
-        log.info(
-            "connected to the control plane at %s (connection %d; API keys for: %s)",
-            where,
-            conn.number,
-            providers,
-        )
-        return conn
+        elif (
+            isinstance(exc, ConnectionClosed) and exc.rcvd is not None and exc.rcvd.code == CLOSE_UNAUTHORIZED
+        ):
+            return ControlPlaneRefused("closed", f"closed before init ({close_description(exc)})", final=True)
+        return None
 
-    async def _await_init(self, ws: ClientConnection) -> dict[str, Any]:
+    async def _handshake(self, wire: Wire) -> _Link:
+        """``auth`` → ``init`` (checked): the control plane's side of opening a connection."""
+        self._ticket = None  # single use: the server has it now, reconnects go without
+        await wire.send(auth_frame(self._token))
         while True:
-            frame = await self._recv(ws)
-            if frame is None:
-                continue
+            frame = await wire.recv()
             if frame["type"] == "init":
-                return frame["data"]
+                data: dict[str, Any] = frame["data"]
+                check_event_encoding(data)
+                return _Link(data, acks=data.get(INIT_HEARTBEAT_ACK) is True)
             if frame["type"] == "error":
                 code = frame["error"]["code"]
                 raise ControlPlaneRefused(code, frame["error"]["message"], final=code in REFUSAL_CODES)
             log.debug("ignoring a %s frame before init", frame["type"])
 
-    async def _recv(self, ws: ClientConnection) -> Frame | None:
-        raw = await ws.recv()
-        try:
-            frame = decode(raw)
-        except FrameError as exc:
-            log.warning("ignoring a bad frame from the control plane: %s", exc)
-            return None
-        self._emit("in", redact_frame(frame))
-        return frame
-
-    async def _manage(self, conn: _Connection | None) -> None:
-        """Serve each connection until it drops, then reconnect; stop on close or a final refusal."""
-        resume = False
-        try:
-            while conn is not None:
-                await self._serve(conn, resume=resume)
-                if self._is_closed:
-                    return
-                resume = True
-                conn = await self._reconnect()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug, not a network failure: stop and say why
-            log.exception("the control plane connection manager failed")
-            self._stop_for_good(
-                ControlPlaneUnavailable(f"the control plane connection manager failed: {exc}")
-            )
-
-    async def _serve(self, conn: _Connection, *, resume: bool) -> None:
-        self._spawn_for(conn, self._replay_sse(conn), "control-plane-sse-replay")
-        self._spawn_for(conn, self._pump_queue(conn), "control-plane-queue-pump")
-        if resume:
-            await self._resume(conn)
-        if conn.reader is not None:
-            await asyncio.wait({conn.reader})
-
-    async def _reconnect(self) -> _Connection | None:
-        if self._state != "closed":
-            self._state = "reconnecting"
-        last: BaseException | None = None
-        for attempt, delay in enumerate(self.backoff, start=1):
-            log.info(
-                "reconnecting to the control plane in %gs (attempt %d/%d)", delay, attempt, len(self.backoff)
-            )
-            conn, last = await self._attempt(delay)
-            if conn is not None or self._is_closed:
-                return conn
-            log.warning("reconnect attempt %d/%d failed: %s", attempt, len(self.backoff), last)
-        error = ControlPlaneUnavailable(
-            f"control plane unreachable: gave up after {len(self.backoff)} reconnect attempts"
-            f" over {sum(self.backoff):g}s ({last})"
+    def _opened(self, conn: _Conn) -> None:
+        """A new connection: resume what waits (on a reconnect), replay SSE events, pump the queue."""
+        self._init_data = conn.state.init
+        if conn.number > 1:
+            conn.spawn(self._resume(conn), "control-plane-resume")  # first: resume follows init
+        conn.spawn(self._replay_sse(conn), "control-plane-sse-replay")
+        conn.spawn(self._pump_queue(conn), "control-plane-queue-pump")
+        conn.spawn(self._heartbeat(conn), "control-plane-heartbeat", stop_on_loss=True)
+        keys = self._init_data.get("api_keys")
+        providers = ", ".join(sorted(map(str, keys))) if isinstance(keys, dict) else "none"
+        log.info(
+            "connected to the control plane at %s (connection %d; API keys for: %s)",
+            safe_url(self.url),
+            conn.number,
+            providers,
         )
-        self.last_error = error
-        self._state = "offline"
-        failed = self._fail_pending(error)
-        log.error(
-            "%s; failed %d waiting requests; requests fail fast while offline; retrying every %gs",
-            error,
-            failed,
-            self.backoff[-1],
-        )
-        while True:
-            conn, last = await self._attempt(self.backoff[-1])
-            if conn is not None or self._is_closed:
-                return conn
-            log.info("control plane still unreachable: %s", last)
 
-    async def _attempt(self, delay: float) -> tuple[_Connection | None, BaseException | None]:
-        await asyncio.sleep(delay)
-        if self._is_closed:
-            return None, None
-        try:
-            return await self._open(), None
-        except ControlPlaneRefused as exc:
-            self.last_error = exc
-            if exc.final:
-                log.error("%s; not reconnecting", exc)
-                self._stop_for_good(exc)
-            return None, exc
-        except ControlPlaneUnavailable as exc:
-            self.last_error = exc
-            return None, exc
-
-    def _stop_for_good(self, error: BaseException) -> None:
-        self._final_error = error
-        self.last_error = error
-        self._state = "closed"
-        self._fail_pending(error)
-
-    async def _resume(self, conn: _Connection) -> None:
+    async def _resume(self, conn: _Conn) -> None:
         """Send ``resume`` with the ids still waiting and settle them from ``resume_response``."""
-        ids = [rid for rid, pending in self._pending.items() if not pending.future.done()]
+        waiting = self._socket.pending.waiting()
         waiter: asyncio.Future[ResumeResponseFrame] = asyncio.get_running_loop().create_future()
-        conn.resume_waiter = waiter
+        conn.state.resume_waiter = waiter
         try:
-            await self._send(conn, resume_frame(ids))
+            await conn.send(resume_frame(list(waiting)))
         except ConnectionClosed:
             return
-        if not ids:
+        if not waiting:
             return  # nothing to settle: do not hold anything up waiting for the answer
         try:
             frame = await asyncio.wait_for(waiter, self.request_timeout)
@@ -810,48 +695,48 @@ class ControlPlaneClient:
             log.warning(
                 "no resume_response within %gs; %d requests keep waiting for their own timeouts",
                 self.request_timeout,
-                len(ids),
+                len(waiting),
             )
             return
         except ControlPlaneUnavailable:
             return  # lost again: the next reconnect resumes them
         results = frame["results"]
+        pending = self._socket.pending
         settled = {"completed": 0, "lost": 0, "pending": 0}
-        for rid in ids:
-            pending = self._pending.get(rid)
-            if pending is None or pending.future.done():
-                continue
+        for rid, method in waiting.items():
             result = results.get(rid)
             status = result["status"] if result is not None else "lost"
-            settled[status] += 1
             if result is None or status == "lost":
-                pending.future.set_exception(
+                done = pending.fail(
+                    rid,
                     RequestLost(
-                        f"{pending.method} request {rid} was lost while reconnecting to the control plane;"
+                        f"{method} request {rid} was lost while reconnecting to the control plane;"
                         " it may or may not have been carried out"
-                    )
+                    ),
                 )
+            elif status == "completed" and "error" in result:
+                done = pending.fail(rid, ControlPlaneError.from_shape(result["error"]))
             elif status == "completed":
-                if "error" in result:
-                    pending.future.set_exception(ControlPlaneError.from_shape(result["error"]))
-                else:
-                    pending.future.set_result(result.get("data"))
+                done = pending.resolve(rid, result.get("data"))
+            else:
+                done = rid in pending.waiting()
+            settled[status] += done
         log.info(
             "resumed %d requests: %d completed, %d lost, %d still pending",
-            len(ids),
+            len(waiting),
             settled["completed"],
             settled["lost"],
             settled["pending"],
         )
 
-    async def _replay_sse(self, conn: _Connection) -> None:
+    async def _replay_sse(self, conn: _Conn) -> None:
         """After a connect: replay buffered SSE events in order, then send new ones directly."""
         async with self._sse_lock:
             replayed = 0
             while self._sse_buffer and not conn.lost:
                 frame = self._sse_buffer.peek()
                 try:
-                    await self._send(conn, frame)
+                    await conn.send(frame)
                 except ConnectionClosed:
                     return
                 if conn.lost:
@@ -875,7 +760,7 @@ class ControlPlaneClient:
         while self._sse_unconfirmed and self._sse_unconfirmed[0][0] <= mark:
             self._sse_unconfirmed.popleft()
 
-    async def _pump_queue(self, conn: _Connection) -> None:
+    async def _pump_queue(self, conn: _Conn) -> None:
         """Send the fire-and-forget queue file over ``conn`` while it lasts: a batch of records,
         then a ping; only after its pong (the control plane's WebSocket received them) are they
         removed from the file. Wakes up whenever a record is appended."""
@@ -903,7 +788,7 @@ class ControlPlaneClient:
                     continue
             await self._ff_wakeup.wait()
 
-    async def _send_batch(self, conn: _Connection, batch: QueueBatch) -> bool:
+    async def _send_batch(self, conn: _Conn, batch: QueueBatch) -> bool:
         sent = 0
         for record in batch.records:
             try:
@@ -914,7 +799,7 @@ class ControlPlaneClient:
                 log.warning("dropping an unreadable queued record: %s", exc)
                 continue
             try:
-                await self._send(conn, frame)
+                await conn.send(frame)
             except ConnectionClosed:
                 return False  # nothing of the batch is removed: all of it goes again (same ids)
             sent += 1
@@ -923,12 +808,11 @@ class ControlPlaneClient:
         except ConnectionClosed:
             return False
         except TimeoutError:
-            log.warning(
-                "no acknowledgement within %gs after sending queued records; dropping the connection",
-                self.request_timeout,
+            await conn.drop(
+                f"no acknowledgement within {self.request_timeout:g}s after sending queued records",
+                1011,
+                "no pong",
             )
-            with contextlib.suppress(Exception):
-                await conn.ws.close(1011, "no pong")
             return False
         await asyncio.to_thread(self._queue.consume, batch.end)
         log.debug("sent %d fire-and-forget records", sent)
@@ -936,104 +820,72 @@ class ControlPlaneClient:
 
     # -- internals: the open connection --------------------------------------------------------
 
-    def _spawn_for(self, conn: _Connection, coro: Awaitable[Any], name: str) -> None:
-        task = asyncio.ensure_future(coro)
-        task.set_name(name)
-        conn.tasks.add(task)
-        task.add_done_callback(self._task_done(conn))
-
-    @staticmethod
-    def _task_done(conn: _Connection) -> Callable[[asyncio.Task[Any]], None]:
-        def done(task: asyncio.Task[Any]) -> None:
-            conn.tasks.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                log.error("%s failed", task.get_name(), exc_info=task.exception())
-
-        return done
-
-    async def _read(self, conn: _Connection) -> None:
-        reason = "connection closed"
-        try:
-            while True:
-                raw = await conn.ws.recv()
-                try:
-                    self._dispatch(conn, raw)
-                except Exception:
-                    log.exception("failed to handle a control plane frame; ignoring it")
-        except ConnectionClosed as exc:
-            frame = exc.rcvd
-            reason = f"closed with code {frame.code}" if frame is not None else "closed without a close frame"
-        except Exception as exc:  # the reader must end cleanly whatever happens
-            log.exception("control plane reader failed")
-            reason = f"reader failed: {exc}"
-        finally:
-            self._lost(conn, reason)
-
-    def _dispatch(self, conn: _Connection, raw: str | bytes) -> None:
-        try:
-            frame = decode(raw)
-        except FrameError as exc:
-            log.warning("ignoring a bad frame from the control plane: %s", exc)
-            return
-        self._emit("in", redact_frame(frame))
-        if frame["type"] == "response":
-            pending = self._pending.get(frame["id"])
-            if pending is None or pending.future.done():
-                log.debug("response to an unknown or finished request %s", frame["id"])
-            elif "error" in frame:
-                pending.future.set_exception(ControlPlaneError.from_shape(frame["error"]))
-            else:
-                pending.future.set_result(frame["result"])
-        elif frame["type"] == "resume_response":
-            waiter = conn.resume_waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(frame)
-            else:
-                log.debug("ignoring an unexpected resume_response")
-        elif frame["type"] == "user_message" or frame["type"] == "cancel":
-            handlers = self._sessions.get(frame["session_id"])
-            handler = None
-            if handlers is not None:
-                handler = handlers.on_user_message if frame["type"] == "user_message" else handlers.on_cancel
-            if handlers is None:
-                log.warning("dropping %s for unknown session %s", frame["type"], frame["session_id"])
-            elif handler is None:
-                log.info("session %s has no %s handler; dropping it", frame["session_id"], frame["type"])
-            else:
-                self._run_handler(
-                    f"{frame['type']} handler of session {frame['session_id']}", handler, frame["data"]
-                )
-        elif frame["type"] == "start_session" or frame["type"] == "stop_session":
-            vm_handler = self.on_start_session if frame["type"] == "start_session" else self.on_stop_session
-            if vm_handler is None:
-                log.warning("no %s handler; dropping it for session %s", frame["type"], frame["session_id"])
-            else:
-                self._run_handler(f"{frame['type']} handler", vm_handler, frame["data"])
-        elif frame["type"] == "init":
-            self._init_data = frame["data"]
-            log.info("the control plane sent new init data")
-        elif frame["type"] == "error":
-            pending = self._pending.get(frame["id"]) if "id" in frame else None
-            if pending is not None and not pending.future.done():
-                pending.future.set_exception(ControlPlaneError.from_shape(frame["error"]))
-            else:
-                log.warning(
-                    "the control plane reported %s: %s", frame["error"]["code"], frame["error"]["message"]
-                )
-        elif frame["type"] in ("http_request", "http_cancel", "http_resume"):
-            if self.on_http is None:
-                log.warning("no HTTP tunnel here; dropping a %s frame", frame["type"])
-            else:
-                try:
-                    self.on_http(frame)
-                except Exception:
-                    log.exception("the HTTP tunnel failed on a %s frame", frame["type"])
-        elif frame["type"] == "heartbeat":
-            ack = conn.ack_waiters.get(frame.get("id", ""))
-            if ack is not None and not ack.done():
-                ack.set_result(None)
-        else:
+    def _dispatch(self, conn: _Conn, frame: Any) -> None:
+        handle = self._frame_handlers.get(frame["type"])
+        if handle is None:
             log.debug("ignoring a %s frame from the control plane", frame["type"])
+        else:
+            handle(conn, frame)
+
+    def _on_response(self, conn: _Conn, frame: ResponseFrame) -> None:
+        pending = self._socket.pending
+        if "error" in frame:
+            settled = pending.fail(frame["id"], ControlPlaneError.from_shape(frame["error"]))
+        else:
+            settled = pending.resolve(frame["id"], frame["result"])
+        if not settled:
+            log.debug("response to an unknown or finished request %s", frame["id"])
+
+    def _on_resume_response(self, conn: _Conn, frame: ResumeResponseFrame) -> None:
+        waiter = conn.state.resume_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(frame)
+        else:
+            log.debug("ignoring an unexpected resume_response")
+
+    def _on_session_message(self, conn: _Conn, frame: UserMessageFrame | CancelFrame) -> None:
+        kind, session_id = frame["type"], frame["session_id"]
+        handlers = self._sessions.get(session_id)
+        if handlers is None:
+            log.warning("dropping %s for unknown session %s", kind, session_id)
+            return
+        handler = handlers.on_user_message if kind == "user_message" else handlers.on_cancel
+        if handler is None:
+            log.info("session %s has no %s handler; dropping it", session_id, kind)
+        else:
+            self._run_handler(f"{kind} handler of session {session_id}", handler, frame["data"])
+
+    def _on_machine_message(self, conn: _Conn, frame: StartSessionFrame | StopSessionFrame) -> None:
+        handler = self.on_start_session if frame["type"] == "start_session" else self.on_stop_session
+        if handler is None:
+            log.warning("no %s handler; dropping it for session %s", frame["type"], frame["session_id"])
+        else:
+            self._run_handler(f"{frame['type']} handler", handler, frame["data"])
+
+    def _on_init(self, conn: _Conn, frame: InitFrame) -> None:
+        self._init_data = frame["data"]
+        log.info("the control plane sent new init data")
+
+    def _on_error(self, conn: _Conn, frame: ErrorFrame) -> None:
+        error = ControlPlaneError.from_shape(frame["error"])
+        if not ("id" in frame and self._socket.pending.fail(frame["id"], error)):
+            log.warning(
+                "the control plane reported %s: %s", frame["error"]["code"], frame["error"]["message"]
+            )
+
+    def _on_http(self, conn: _Conn, frame: Mapping[str, Any]) -> None:
+        if self.on_http is None:
+            log.warning("no HTTP tunnel here; dropping a %s frame", frame["type"])
+            return
+        try:
+            self.on_http(frame)
+        except Exception:
+            log.exception("the HTTP tunnel failed on a %s frame", frame["type"])
+
+    def _on_heartbeat(self, conn: _Conn, frame: HeartbeatFrame) -> None:
+        ack = conn.state.ack_waiters.get(frame.get("id", ""))
+        if ack is not None and not ack.done():
+            ack.set_result(None)
 
     def _run_handler(self, name: str, handler: Handler, data: dict[str, Any]) -> None:
         async def run() -> None:
@@ -1050,7 +902,7 @@ class ControlPlaneClient:
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_tasks.discard)
 
-    async def _heartbeat(self, conn: _Connection) -> None:
+    async def _heartbeat(self, conn: _Conn) -> None:
         while not conn.lost:
             await asyncio.sleep(self.heartbeat_interval)
             if conn.lost:
@@ -1063,95 +915,45 @@ class ControlPlaneClient:
             except TimeoutError:
                 log.debug("no acknowledgement within %gs", self.heartbeat_interval)
                 continue
-            if self._conn is conn:
+            if self._socket.current is conn:
                 self._confirm_sse(mark)
 
-    async def _handled(self, conn: _Connection, timeout: float, *, heartbeat: bool = False) -> None:
+    async def _handled(self, conn: _Conn, timeout: float, *, heartbeat: bool = False) -> None:
         """Return once the control plane has handled everything sent on ``conn`` so far: its
         answer to a heartbeat with an id (when ``init`` offered ``heartbeat_ack``), else a
         WebSocket pong (which only says the frames arrived). ``heartbeat``: send a plain heartbeat
         first when there is no acknowledgement to ask for. Raises ``ConnectionClosed`` (also when
         the connection is lost while waiting) or ``TimeoutError``."""
-        if not conn.acks:
+        if not conn.state.acks:
             if heartbeat:
-                await self._send(conn, heartbeat_frame(time.time()))
+                await conn.send(heartbeat_frame(time.time()))
             pong = await conn.ws.ping()
             await asyncio.wait_for(pong, timeout)
             return
         ack_id = uuid.uuid4().hex
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        conn.ack_waiters[ack_id] = waiter
+        conn.state.ack_waiters[ack_id] = waiter
         try:
-            await self._send(conn, heartbeat_frame(time.time(), ack_id))
+            await conn.send(heartbeat_frame(time.time(), ack_id))
             await asyncio.wait_for(waiter, timeout)
         finally:
-            conn.ack_waiters.pop(ack_id, None)
+            conn.state.ack_waiters.pop(ack_id, None)
 
-    async def _send(self, conn: _Connection, frame: Any) -> None:
-        await self._send_ws(conn.ws, frame)
-
-    async def _send_ws(self, ws: ClientConnection, frame: Any) -> None:
-        self._emit("out", redact_frame(frame))
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("control plane <- %s", encode(redact_frame(frame))[:500])
-        await ws.send(encode(frame))
-
-    def _emit(self, direction: str, frame: dict[str, Any]) -> None:
-        if self.on_frame is None:
-            return
-        try:
-            self.on_frame(direction, frame)
-        except Exception:
-            log.exception("on_frame callback failed")
-
-    def _lost(self, conn: _Connection, reason: str) -> None:
-        """Mark ``conn`` lost (idempotent): new sends queue/buffer, waiting requests keep waiting."""
-        if conn.lost:
-            return
-        conn.lost = True
-        if self._conn is conn:
-            self._conn = None
-            self._sse_live = False
-            # events sent since the last confirmed ping may not have arrived: replay them first
-            # (the control plane drops the ones it has by seq)
-            unconfirmed = [frame for _, frame in self._sse_unconfirmed]
-            self._sse_unconfirmed.clear()
-            if not self._close_called:
-                self._sse_buffer.prepend(unconfirmed)
-            if self._state != "closed":
-                self._state = "reconnecting"
-                log.warning(
-                    "lost the connection to the control plane (%s); %d requests waiting",
-                    reason,
-                    len(self._pending),
-                )
-        waiter = conn.resume_waiter
+    def _lost(self, conn: _Conn, reason: str) -> None:
+        """``conn`` is lost: new sends queue/buffer, waiting requests keep waiting (for resume)."""
+        self._sse_live = False
+        # events sent since the last confirmed ping may not have arrived: replay them first
+        # (the control plane drops the ones it has by seq)
+        unconfirmed = [frame for _, frame in self._sse_unconfirmed]
+        self._sse_unconfirmed.clear()
+        if not self._close_called:
+            self._sse_buffer.prepend(unconfirmed)
+        waiter = conn.state.resume_waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(ControlPlaneUnavailable("the connection dropped during resume"))
             waiter.exception()  # retrieved: nobody may be waiting for it any more
         self._ff_wakeup.set()  # a queue pump waiting for records ends
-        for ack in conn.ack_waiters.values():  # nothing sent on conn will be acknowledged now
+        for ack in conn.state.ack_waiters.values():  # nothing sent on conn will be acknowledged now
             if not ack.done():
                 ack.set_exception(ConnectionClosed(None, None))
                 ack.exception()
-        current = asyncio.current_task()
-        for task in list(conn.tasks):
-            if task is not current and task.get_name() == "control-plane-heartbeat":
-                task.cancel()
-
-    async def _shutdown(self, conn: _Connection) -> None:
-        self._lost(conn, "client closed")
-        with contextlib.suppress(Exception):
-            await conn.ws.close()
-        tasks = [t for t in (conn.reader, *conn.tasks) if t is not None and t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _fail_pending(self, error: BaseException) -> int:
-        failed = 0
-        for pending in list(self._pending.values()):
-            if not pending.future.done():
-                pending.future.set_exception(error)
-                failed += 1
-        return failed

@@ -25,6 +25,9 @@ Connection lifecycle:
 
 Nothing here logs the token; frames handed to ``on_frame`` are the real ones (the ``connect`` frame
 carries it), so a logging ``on_frame`` should pass them through :func:`redact_frame`.
+
+The transport (opening the socket, the reader, the reconnect loop, waiting requests, closing) is
+:class:`clawlet.ws_client.ReconnectingSocket`; this module is the gateway protocol over it.
 """
 
 from __future__ import annotations
@@ -39,10 +42,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed
 
 from clawlet import __version__
 from clawlet.gateway.protocol import (
@@ -58,7 +59,6 @@ from clawlet.gateway.protocol import (
     MIN_PROTOCOL_VERSION,
     OPERATOR_SCOPES,
     PROTOCOL_VERSION,
-    FrameError,
     GatewayError,
     decode,
     encode,
@@ -66,12 +66,17 @@ from clawlet.gateway.protocol import (
     parse_session_key,
     request_frame,
 )
+from clawlet.ws_client import (
+    Connection,
+    Limits,
+    ReconnectingSocket,
+    SocketClient,
+    Wire,
+    close_description,
+    safe_url,
+)
 
 log = logging.getLogger(__name__)
-#: websockets logs frames at DEBUG (the start and end of each payload), which could show the
-#: ``connect`` frame's token; its logger for gateway connections therefore never goes below INFO.
-_ws_log = logging.getLogger(f"{__name__}.websocket")
-_ws_log.setLevel(logging.INFO)
 
 ChatState = Literal["delta", "final", "aborted", "error"]
 TERMINAL_STATES: frozenset[str] = frozenset({"final", "aborted", "error"})
@@ -243,24 +248,6 @@ def redact_frame(frame: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def _safe_url(url: str) -> str:
-    """The URL without credentials or query, for logs."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{host}{port}{parts.path}"
-    except ValueError:
-        return "<invalid gateway url>"
-
-
-def _close_description(exc: ConnectionClosed) -> str:
-    frame = exc.rcvd or exc.sent
-    if frame is None:
-        return "connection closed without a close frame"
-    return f"closed with code {frame.code}{f' ({frame.reason})' if frame.reason else ''}"
-
-
 @dataclass(eq=False)
 class _RunWatch:
     """An in-flight :meth:`GatewayClient.chat`: the run ids it answers to and its event queue."""
@@ -279,31 +266,24 @@ class _RunWatch:
 
 
 @dataclass(eq=False)
-class _Connection:
-    """One open, handshaken connection and what is in flight on it."""
+class _Session:
+    """What one gateway connection adds to the socket's: ``hello-ok`` and the runs it carries."""
 
-    ws: ClientConnection
     hello: dict[str, Any]
     protocol: int
     tick_interval: float
-    last_frame_at: float
-    pending: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
     runs: dict[str, _RunWatch] = field(default_factory=dict)
     unclaimed: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=UNCLAIMED_EVENTS_KEPT))
-    reader: asyncio.Task[None] | None = None
-    watchdog: asyncio.Task[None] | None = None
-    drop_reason: str | None = None
-    dropping: bool = False
     last_seq: int | None = None
     lost: GatewayUnavailable | None = None
 
-    @property
-    def open(self) -> bool:
-        return self.lost is None
+
+_Conn = Connection[_Session]
 
 
-class GatewayClient:
-    """An operator connection to an OpenClaw gateway (see the module docstring for the lifecycle)."""
+class GatewayClient(SocketClient):
+    """An operator connection to an OpenClaw gateway (see the module docstring for the lifecycle).
+    ``on_frame`` sees the frames unredacted."""
 
     def __init__(
         self,
@@ -330,25 +310,32 @@ class GatewayClient:
         self.client_mode = client_mode
         self.min_protocol = min_protocol
         self.max_protocol = max_protocol
-        self.on_frame = on_frame
-        self._conn: _Connection | None = None
-        self._manager: asyncio.Task[None] | None = None
-        self._up = asyncio.Event()
+        self._socket = ReconnectingSocket[_Session](
+            lambda: self.url,
+            noun="gateway",
+            handshake=self._handshake,
+            on_frame=self._dispatch,
+            decode=decode,
+            encode=encode,
+            unavailable=GatewayUnavailable,
+            errors=(GatewayError, GatewayUnavailable),
+            schedule=lambda: [self.backoff_delay(n) for n in range(1, self.max_reconnects + 1)],
+            limits=Limits(
+                open_timeout=request_timeout, close_timeout=CLOSE_TIMEOUT, max_size=MAX_INCOMING_FRAME_BYTES
+            ),
+            is_final=lambda exc: isinstance(exc, GatewayError) and not exc.retryable,
+            on_open=self._opened,
+            on_lost=self._lost,
+            redact=redact_frame,
+            task_prefix="gateway-client",
+        )
+        self._socket.observer = on_frame
         self._start_lock = asyncio.Lock()
-        self._closed = False
         self._hello: dict[str, Any] | None = None
         self._protocol: int | None = None
         self._tool_listeners: list[tuple[Callable[[str], bool], ToolEventCallback]] = []
-        self.last_error: BaseException | None = None
-        """Why the last connection attempt or cycle failed (``None`` while all is well)."""
-        self.connects = 0
-        """Successful handshakes so far (the first connect and every reconnect)."""
 
     # -- state ---------------------------------------------------------------------------------
-
-    @property
-    def connected(self) -> bool:
-        return self._conn is not None and self._conn.open
 
     @property
     def protocol(self) -> int | None:
@@ -363,7 +350,8 @@ class GatewayClient:
     @property
     def tick_interval(self) -> float | None:
         """``policy.tickIntervalMs`` of the current connection, in seconds."""
-        return self._conn.tick_interval if self._conn is not None else None
+        conn = self._socket.current
+        return conn.state.tick_interval if conn is not None else None
 
     def backoff_delay(self, attempt: int) -> float:
         """Seconds to wait before reconnect attempt ``attempt`` (1-based): 1, 2, 4, … capped."""
@@ -377,21 +365,15 @@ class GatewayClient:
         Returns at once when already connected; while a reconnect cycle is under way, waits for its
         outcome. Raises :class:`GatewayUnavailable` or :class:`GatewayError`.
         """
-        self._closed = False
         async with self._start_lock:
             if self.connected:
                 return
-            manager = self._manager
-            if manager is not None and not manager.done():
-                await self._wait_for_cycle(None)
+            if self._socket.running:
+                await self._socket.wait_connected(None)
                 return
-            conn = await self._open_retrying_startup()
-            if self._closed:  # close() ran while we were connecting
-                await self._shutdown(conn, GatewayUnavailable("the gateway client was closed"))
-                raise GatewayUnavailable("the gateway client was closed")
-            self._manager = asyncio.create_task(self._manage(conn), name="gateway-client-manager")
+            await self._socket.connect(self._open_retrying_startup)
 
-    async def _open_retrying_startup(self) -> _Connection:
+    async def _open_retrying_startup(self) -> _Conn:
         """One connection attempt; a refusal the gateway marks ``retryable`` (real OpenClaw answers
         ``UNAVAILABLE`` "gateway starting; retry shortly" for a second or two after its port opens)
         is retried after its ``retryAfterMs`` until ``request_timeout`` runs out."""
@@ -399,36 +381,17 @@ class GatewayClient:
         deadline = loop.time() + self.request_timeout
         while True:
             try:
-                return await self._open()
+                return await self._socket.open()
             except GatewayError as exc:
-                self.last_error = exc
                 wait = max(STARTUP_RETRY_MIN, (exc.retry_after_ms or 0) / 1000)
                 if not exc.retryable or loop.time() + wait >= deadline:
                     raise
                 log.info("the gateway asked to retry the connect in %.2fs: %s", wait, exc)
                 await asyncio.sleep(wait)
-            except GatewayUnavailable as exc:
-                self.last_error = exc
-                raise
-
-    async def close(self) -> None:
-        """Close the connection, stop reconnecting and fail whatever is in flight."""
-        self._closed = True
-        manager, self._manager = self._manager, None
-        if manager is not None and not manager.done():
-            manager.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await manager
-        conn = self._conn
-        if conn is not None:
-            await self._shutdown(conn, GatewayUnavailable("the gateway client was closed"))
 
     async def __aenter__(self) -> GatewayClient:
         await self.start()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -516,8 +479,8 @@ class GatewayClient:
                     return
         finally:
             for rid in watch.run_ids:
-                if conn.runs.get(rid) is watch:
-                    del conn.runs[rid]
+                if conn.state.runs.get(rid) is watch:
+                    del conn.state.runs[rid]
             if listener is not None:
                 with contextlib.suppress(ValueError):
                     self._tool_listeners.remove(listener)
@@ -539,60 +502,28 @@ class GatewayClient:
 
     # -- internals: requests -------------------------------------------------------------------
 
-    async def _ensure_connected(self, deadline: float) -> _Connection:
-        if self._closed:
+    async def _ensure_connected(self, deadline: float) -> _Conn:
+        if self._socket.closing:
             raise GatewayUnavailable("the gateway client is closed")
-        conn = self._conn
-        if conn is not None and conn.open:
-            return conn
-        manager = self._manager
-        if manager is None or manager.done():
+        if not self._socket.running:
             await self.start()
-        else:
-            await self._wait_for_cycle(deadline)
-        conn = self._conn
-        if conn is None or not conn.open:
-            raise GatewayUnavailable("not connected to the gateway")
-        return conn
-
-    async def _wait_for_cycle(self, deadline: float | None) -> None:
-        """Wait until a reconnect cycle connects (return) or ends (raise its error)."""
-        manager = self._manager
-        loop = asyncio.get_running_loop()
-        while not self.connected:
-            if manager is None or manager.done():
-                error = self.last_error
-                if isinstance(error, GatewayError | GatewayUnavailable):
-                    raise error
-                raise GatewayUnavailable("not connected to the gateway")
-            timeout = None if deadline is None else deadline - loop.time()
-            if timeout is not None and timeout <= 0:
-                raise GatewayUnavailable("not connected to the gateway (still reconnecting)")
-            up = asyncio.ensure_future(self._up.wait())
-            try:
-                await asyncio.wait({up, manager}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                up.cancel()
+        return await self._socket.wait_connected(deadline)
 
     async def _request_on(
-        self, conn: _Connection, method: str, params: dict[str, Any] | None, timeout: float, limit: float
+        self, conn: _Conn, method: str, params: dict[str, Any] | None, timeout: float, limit: float
     ) -> Any:
-        if not conn.open:
-            raise conn.lost or GatewayUnavailable(LOST_MESSAGE)
+        if conn.lost:
+            raise conn.state.lost or GatewayUnavailable(LOST_MESSAGE)
         request_id = str(uuid.uuid4())
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        conn.pending[request_id] = future
+        frame = request_frame(request_id, method, params)
         try:
-            await self._send(conn.ws, request_frame(request_id, method, params))
-            return await asyncio.wait_for(future, timeout)
+            return await self._socket.pending.call(request_id, method, lambda: conn.send(frame), timeout)
         except TimeoutError:
             raise GatewayUnavailable(f"the gateway did not answer {method} within {limit:g}s") from None
         except ConnectionClosed as exc:
-            raise GatewayUnavailable(f"{LOST_MESSAGE} ({_close_description(exc)})") from exc
-        finally:
-            conn.pending.pop(request_id, None)
+            raise GatewayUnavailable(f"{LOST_MESSAGE} ({close_description(exc)})") from exc
 
-    async def _abort_after_timeout(self, conn: _Connection, session_key: str, run_id: str) -> None:
+    async def _abort_after_timeout(self, conn: _Conn, session_key: str, run_id: str) -> None:
         timeout = min(self.request_timeout, ABORT_TIMEOUT)
         try:
             await self._request_on(
@@ -601,33 +532,20 @@ class GatewayClient:
         except (GatewayError, GatewayUnavailable) as exc:
             log.warning("chat.abort for timed-out run %s failed: %s", run_id, exc)
 
-    async def _send(self, ws: ClientConnection, frame: dict[str, Any]) -> None:
-        self._emit("out", frame)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("gateway <- %s", encode(redact_frame(frame))[:500])
-        await ws.send(encode(frame))
-
-    def _emit(self, direction: str, frame: dict[str, Any]) -> None:
-        if self.on_frame is None:
-            return
-        try:
-            self.on_frame(direction, frame)
-        except Exception:
-            log.exception("on_frame callback failed")
-
-    def _watch(self, conn: _Connection, watch: _RunWatch, run_id: str) -> None:
+    def _watch(self, conn: _Conn, watch: _RunWatch, run_id: str) -> None:
         """Route ``run_id``'s chat events to ``watch`` (and hand it those that came early)."""
+        session = conn.state
         watch.run_ids.add(run_id)
-        conn.runs[run_id] = watch
-        if not conn.unclaimed:
+        session.runs[run_id] = watch
+        if not session.unclaimed:
             return
         keep: deque[dict[str, Any]] = deque(maxlen=UNCLAIMED_EVENTS_KEPT)
-        for payload in conn.unclaimed:
+        for payload in session.unclaimed:
             if payload.get("runId") == run_id and watch.accepts(payload):
                 watch.queue.put_nowait(payload)
             else:
                 keep.append(payload)
-        conn.unclaimed = keep
+        session.unclaimed = keep
 
     # -- internals: connecting -----------------------------------------------------------------
 
@@ -650,79 +568,37 @@ class GatewayClient:
             params["auth"] = {"token": self._token}
         return params
 
-    async def _open(self) -> _Connection:
-        """One connection attempt: socket, challenge, ``connect``, ``hello-ok``."""
-        where = _safe_url(self.url)
-        try:
-            ws = await connect(
-                self.url,
-                open_timeout=self.request_timeout,
-                close_timeout=CLOSE_TIMEOUT,
-                max_size=MAX_INCOMING_FRAME_BYTES,
-                logger=_ws_log,
-            )
-        except InvalidURI as exc:
-            raise GatewayUnavailable(f"invalid gateway URL {where!r}: {exc}") from exc
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise GatewayUnavailable(f"cannot connect to the gateway at {where}: {exc}") from exc
-        try:
-            hello = await asyncio.wait_for(self._handshake(ws), self.request_timeout)
-            protocol = self._negotiated(hello)
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                await ws.close()
-            if isinstance(exc, TimeoutError):
-                raise GatewayUnavailable(
-                    f"the gateway at {where} did not complete the handshake within {self.request_timeout:g}s"
-                ) from exc
-            if isinstance(exc, ConnectionClosed):
-                raise GatewayUnavailable(
-                    f"the gateway at {where} closed the connection during the handshake"
-                    f" ({_close_description(exc)})"
-                ) from exc
-            raise
-        policy = hello.get("policy")
-        tick_ms = policy.get("tickIntervalMs") if isinstance(policy, dict) else None
-        if not isinstance(tick_ms, int | float) or isinstance(tick_ms, bool) or tick_ms <= 0:
-            tick_ms = DEFAULT_TICK_INTERVAL_MS
-        loop = asyncio.get_running_loop()
-        conn = _Connection(ws, hello, protocol, tick_ms / 1000.0, loop.time())
-        self._conn = conn
-        self._hello = hello
-        self._protocol = protocol
-        self.last_error = None
-        self.connects += 1
-        conn.reader = asyncio.create_task(self._read(conn), name="gateway-client-reader")
-        conn.watchdog = asyncio.create_task(self._watchdog(conn), name="gateway-client-watchdog")
-        self._up.set()
-        log.info("connected to the OpenClaw gateway at %s (protocol %d)", where, protocol)
-        return conn
-
-    async def _handshake(self, ws: ClientConnection) -> dict[str, Any]:
+    async def _handshake(self, wire: Wire) -> _Session:
+        """The gateway's side of opening a connection: challenge, ``connect``, ``hello-ok``."""
         while True:  # the gateway speaks first
-            frame = await self._recv_frame(ws)
-            if frame is not None and frame.get("type") == "event" and frame.get("event") == EVENT_CHALLENGE:
+            frame = await wire.recv()
+            if frame.get("type") == "event" and frame.get("event") == EVENT_CHALLENGE:
                 break
         request_id = str(uuid.uuid4())
-        await self._send(ws, request_frame(request_id, "connect", self._connect_params()))
+        await wire.send(request_frame(request_id, "connect", self._connect_params()))
         while True:
-            frame = await self._recv_frame(ws)
-            if frame is None or frame.get("type") != "res" or frame.get("id") != request_id:
+            frame = await wire.recv()
+            if frame.get("type") != "res" or frame.get("id") != request_id:
                 continue
             if frame.get("ok") is False or ("ok" not in frame and "error" in frame):
                 raise GatewayError.from_error_shape(frame.get("error"))
             payload = frame.get("payload")
-            return payload if isinstance(payload, dict) else {}
+            hello = payload if isinstance(payload, dict) else {}
+            break
+        protocol = self._negotiated(hello)
+        policy = hello.get("policy")
+        tick_ms = policy.get("tickIntervalMs") if isinstance(policy, dict) else None
+        if not isinstance(tick_ms, int | float) or isinstance(tick_ms, bool) or tick_ms <= 0:
+            tick_ms = DEFAULT_TICK_INTERVAL_MS
+        return _Session(hello, protocol, tick_ms / 1000.0)
 
-    async def _recv_frame(self, ws: ClientConnection) -> dict[str, Any] | None:
-        raw = await ws.recv()
-        try:
-            frame = decode(raw)
-        except FrameError as exc:
-            log.warning("ignoring a bad frame from the gateway: %s", exc)
-            return None
-        self._emit("in", frame)
-        return frame
+    def _opened(self, conn: _Conn) -> None:
+        self._hello = conn.state.hello
+        self._protocol = conn.state.protocol
+        conn.spawn(self._watchdog(conn), "gateway-client-watchdog", stop_on_loss=True)
+        log.info(
+            "connected to the OpenClaw gateway at %s (protocol %d)", safe_url(self.url), conn.state.protocol
+        )
 
     def _negotiated(self, hello: dict[str, Any]) -> int:
         protocol = hello.get("protocol")
@@ -738,77 +614,9 @@ class GatewayClient:
             )
         return protocol
 
-    async def _manage(self, conn: _Connection) -> None:
-        """Keep the connection up: wait for it to end, then reconnect with backoff."""
-        current: _Connection | None = conn
-        try:
-            while current is not None:
-                if current.reader is not None:
-                    await asyncio.wait({current.reader})
-                if self._closed:
-                    return
-                self.last_error = current.lost  # the connection dropped: say so until it is back
-                current = await self._reconnect()
-        except Exception as exc:  # a bug, not a network failure: stop, and say why
-            log.exception("the gateway connection manager failed")
-            self.last_error = GatewayUnavailable(f"the gateway connection manager failed: {exc}")
-
-    async def _reconnect(self) -> _Connection | None:
-        last: BaseException | None = None
-        for attempt in range(1, self.max_reconnects + 1):
-            delay = self.backoff_delay(attempt)
-            log.info(
-                "reconnecting to the gateway in %.2fs (attempt %d/%d)", delay, attempt, self.max_reconnects
-            )
-            await asyncio.sleep(delay)
-            if self._closed:
-                return None
-            try:
-                return await self._open()
-            except GatewayError as exc:
-                if not exc.retryable:
-                    log.error("the gateway refused the connection: %s; not reconnecting", exc)
-                    self.last_error = exc
-                    return None
-                last = exc
-            except GatewayUnavailable as exc:
-                last = exc
-            self.last_error = last
-            log.warning("gateway reconnect attempt %d/%d failed: %s", attempt, self.max_reconnects, last)
-        self.last_error = GatewayUnavailable(
-            f"gave up reconnecting to the gateway after {self.max_reconnects} attempts"
-            + (f": {last}" if last is not None else "")
-        )
-        log.error("%s", self.last_error)
-        return None
-
     # -- internals: the open connection --------------------------------------------------------
 
-    async def _read(self, conn: _Connection) -> None:
-        reason = "connection closed"
-        try:
-            while True:
-                raw = await conn.ws.recv()
-                conn.last_frame_at = asyncio.get_running_loop().time()
-                try:
-                    self._dispatch(conn, raw)
-                except Exception:
-                    log.exception("failed to handle a gateway frame; ignoring it")
-        except ConnectionClosed as exc:
-            reason = conn.drop_reason or _close_description(exc)
-        except Exception as exc:  # the reader must end cleanly whatever happens
-            log.exception("gateway reader failed")
-            reason = f"reader failed: {exc}"
-        finally:
-            self._lost(conn, GatewayUnavailable(f"{LOST_MESSAGE} ({reason})"))
-
-    def _dispatch(self, conn: _Connection, raw: str | bytes) -> None:
-        try:
-            frame = decode(raw)
-        except FrameError as exc:
-            log.warning("ignoring a bad frame from the gateway: %s", exc)
-            return
-        self._emit("in", frame)
+    def _dispatch(self, conn: _Conn, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
         if kind == "res":
             self._on_response(conn, frame)
@@ -817,22 +625,21 @@ class GatewayClient:
         else:
             log.debug("ignoring a %s frame from the gateway", kind)
 
-    def _on_response(self, conn: _Connection, frame: dict[str, Any]) -> None:
-        future = conn.pending.get(str(frame.get("id")))
-        if future is None or future.done():
-            log.debug("response to an unknown or finished request %r", frame.get("id"))
-            return
+    def _on_response(self, conn: _Conn, frame: dict[str, Any]) -> None:
+        request_id, pending = str(frame.get("id")), self._socket.pending
         if frame.get("ok") is False or ("ok" not in frame and "error" in frame):
-            future.set_exception(GatewayError.from_error_shape(frame.get("error")))
+            settled = pending.fail(request_id, GatewayError.from_error_shape(frame.get("error")))
         else:
-            future.set_result(frame.get("payload"))
+            settled = pending.resolve(request_id, frame.get("payload"))
+        if not settled:
+            log.debug("response to an unknown or finished request %r", frame.get("id"))
 
-    def _on_event(self, conn: _Connection, frame: dict[str, Any]) -> None:
-        seq = frame.get("seq")
+    def _on_event(self, conn: _Conn, frame: dict[str, Any]) -> None:
+        seq, session = frame.get("seq"), conn.state
         if isinstance(seq, int) and not isinstance(seq, bool):
-            if conn.last_seq is not None and seq != conn.last_seq + 1:
-                log.debug("gateway event seq jumped from %d to %d", conn.last_seq, seq)
-            conn.last_seq = seq
+            if session.last_seq is not None and seq != session.last_seq + 1:
+                log.debug("gateway event seq jumped from %d to %d", session.last_seq, seq)
+            session.last_seq = seq
         name = frame.get("event")
         payload = frame.get("payload")
         if name == EVENT_CHAT:
@@ -844,15 +651,15 @@ class GatewayClient:
         elif name not in (EVENT_TICK, EVENT_CHALLENGE):
             log.debug("ignoring gateway event %r", name)
 
-    def _on_chat(self, conn: _Connection, payload: Any) -> None:
+    def _on_chat(self, conn: _Conn, payload: Any) -> None:
         if not isinstance(payload, dict) or not isinstance(payload.get("runId"), str):
             log.debug("ignoring a chat event without a runId")
             return
-        watch = conn.runs.get(payload["runId"])
+        watch = conn.state.runs.get(payload["runId"])
         if watch is not None and watch.accepts(payload):
             watch.queue.put_nowait(payload)
         else:
-            conn.unclaimed.append(payload)
+            conn.state.unclaimed.append(payload)
 
     def _on_agent(self, payload: Any) -> None:
         if not isinstance(payload, dict) or payload.get("stream") != "tool":
@@ -867,48 +674,29 @@ class GatewayClient:
                 except Exception:
                     log.exception("tool event callback failed")
 
-    async def _watchdog(self, conn: _Connection) -> None:
+    async def _watchdog(self, conn: _Conn) -> None:
         """Drop the connection when no frame arrived for twice the tick interval."""
         loop = asyncio.get_running_loop()
-        limit = 2 * conn.tick_interval
-        while conn.open:
+        limit = 2 * conn.state.tick_interval
+        while not conn.lost:
             delay = conn.last_frame_at + limit - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
-            conn.drop_reason = f"no frame from the gateway for {limit:g}s (tick watchdog)"
-            conn.dropping = True
-            log.warning("%s; dropping the connection", conn.drop_reason)
-            with contextlib.suppress(Exception):
-                await conn.ws.close(CLOSE_TICK_TIMEOUT, "tick timeout")
+            why = f"no frame from the gateway for {limit:g}s (tick watchdog)"
+            await conn.drop(why, CLOSE_TICK_TIMEOUT, "tick timeout")
             return
 
-    def _lost(self, conn: _Connection, error: GatewayUnavailable) -> None:
-        """Mark ``conn`` lost and fail everything in flight on it (idempotent)."""
-        if conn.lost is not None:
-            return
-        conn.lost = error
-        if self._conn is conn:
-            self._conn = None
-            self._up.clear()
-        if not self._closed:
-            log.warning("%s", error)
-        for future in conn.pending.values():
-            if not future.done():
-                future.set_exception(error)
-        for watch in set(conn.runs.values()):
+    def _lost(self, conn: _Conn, reason: str) -> None:
+        """``conn`` is lost: fail everything in flight on it."""
+        closed = self._socket.closing
+        error = GatewayUnavailable(
+            "the gateway client was closed" if closed else f"{LOST_MESSAGE} ({reason})"
+        )
+        conn.state.lost = error
+        if not closed:
+            self._socket.last_error = error  # the connection dropped: say so until it is back
+        self._socket.pending.fail_all(error)
+        for watch in set(conn.state.runs.values()):
             watch.queue.put_nowait(error)
-        conn.unclaimed.clear()
-        watchdog = conn.watchdog
-        if watchdog is not None and not conn.dropping and watchdog is not asyncio.current_task():
-            watchdog.cancel()  # a watchdog that is closing the socket finishes on its own
-
-    async def _shutdown(self, conn: _Connection, error: GatewayUnavailable) -> None:
-        self._lost(conn, error)
-        with contextlib.suppress(Exception):
-            await conn.ws.close()
-        tasks = [task for task in (conn.reader, conn.watchdog) if task is not None]
-        for task in tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        conn.state.unclaimed.clear()
