@@ -757,6 +757,12 @@ def test_protocol_constants() -> None:
         "resume",
         "resume_response",
         "error",
+        # the HTTP tunnel (a clawlet extension)
+        "http_request",
+        "http_response",
+        "http_body",
+        "http_cancel",
+        "http_resume",
     } == MESSAGE_TYPES
 
 
