@@ -27,10 +27,14 @@ reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still
 ``response`` follows on the new connection) or ``lost``. A request is carried out once.
 
 **Fire-and-forget** records are stored de-duplicated by ``(user_id, id)`` (the client delivers at
-least once); ``snapshot_sync`` upserts. **SSE events** are de-duplicated by ``(stream, session_id,
-seq)`` — an event whose ``seq`` is not above the last seen for its ``(stream, session)`` is dropped —
-and published, in order, to :meth:`ControlPlane.subscribe`, as they came: clawlet events in their
-JSON encoding (:mod:`clawlet.cluster.events`).
+least once); ``snapshot_sync`` upserts, and so does ``transcript_sync`` (the latest transcript of
+each session). **SSE events** go to the durable event log (:mod:`clawlet.cluster.event_log`),
+de-duplicated by ``(stream, session_id, seq)`` — an event whose ``seq`` is not above the last
+stored for its ``(stream, session)`` is dropped — and are then published, in order, to
+:meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
+(:mod:`clawlet.cluster.events`). A subscriber gets the log's events after the ``n`` it names, then
+the live ones, each once; the log is pruned to ``event_log_max_events`` per session and drops a
+session's events ``event_log_max_age`` seconds after its last one.
 
 **Isolation.** Everything an execution plane sends is attributed to the user its JWT names. A
 session belongs to the user who started it (the ``sessions`` table); the routing API
@@ -58,7 +62,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
@@ -91,6 +95,8 @@ from clawlet.cluster.cp_userdata import (
     UserMcpServers,
     check_user_id,
 )
+from clawlet.cluster.event_log import READ_PAGE, EventLog, InvalidTranscript
+from clawlet.cluster.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
 from clawlet.cluster.protocol import (
     AUTH,
     AUTH_TIMEOUT,
@@ -106,6 +112,7 @@ from clawlet.cluster.protocol import (
     FF_AUDIT_LOG,
     FF_EVOLUTION_SUBMIT,
     FF_SNAPSHOT_SYNC,
+    FF_TRANSCRIPT_SYNC,
     FF_USAGE_REPORT,
     INIT_EVENT_ENCODING,
     INIT_HEARTBEAT_ACK,
@@ -184,10 +191,14 @@ class ControlPlaneConfig:
     """How long a request's outcome is kept for ``resume``."""
     max_kept_results: int = 1000
     """Outcomes kept per user (the oldest go first)."""
-    event_history: int = 1000
-    """SSE events kept per session for subscribers that start late (``after=``)."""
+    event_log_max_events: int = 10_000
+    """Events the event log keeps per session (the oldest go first)."""
+    event_log_max_age: float = 30 * 24 * 3600.0
+    """Seconds after a session's last event that its events are dropped from the log."""
+    event_log_prune_interval: float = 600.0
+    """Seconds between two prunings of the event log."""
     subscriber_buffer: int = 10_000
-    """Events a subscriber may fall behind by before it is ended as lagging."""
+    """Live events a subscriber may fall behind by; beyond, it reads them from the event log."""
     mcp_timeout: float = 50.0
     clock: Callable[[], float] = time.time
     """Wall clock of tickets (injectable for tests)."""
@@ -290,11 +301,6 @@ class SessionNotRunning(RoutingError):
     """The session was stopped."""
 
 
-class SubscriptionLagged(RoutingError):
-    """A subscriber fell more than ``subscriber_buffer`` events behind and was ended; subscribe
-    again with ``after=`` the last event id it got to continue from the kept history."""
-
-
 class RequestFailed(Exception):
     """Raised by a request handler: answered as ``response {error: {code, message}}``."""
 
@@ -309,17 +315,6 @@ class _LinkClosed(Exception):
 
 
 # -- shapes --------------------------------------------------------------------------------------
-
-
-class SessionEvent(TypedDict):
-    """One SSE event of a session as subscribers get it."""
-
-    id: int
-    """1, 2, 3, … per session in this control plane process (what ``after=`` refers to)."""
-    session_id: str
-    data: Any
-    stream: str | None
-    seq: int | None
 
 
 @dataclass(frozen=True)
@@ -372,54 +367,56 @@ class _VmLink:
     closed: bool = False
 
 
+EventReader = Callable[[int, int | None], Awaitable[list[SessionEvent]]]
+"""Reads a session's logged events ``after < n < before`` (``before`` ``None``: no bound), a page at
+a time, oldest first."""
+
+
 @dataclass(eq=False)
 class _SessionState:
     session_id: str
     user_id: str
     status: str
-    history_limit: int
-    next_id: int = 1
-    history: deque[SessionEvent] = field(init=False)
     last_seq: dict[str, int] = field(default_factory=dict)
+    """The highest ``seq`` this process knows is logged, per stream (spares the database the
+    replays it has seen)."""
+    append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held from an event's append to its publication: subscribers get events in ``n`` order."""
     subscribers: set[SessionSubscription] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        self.history = deque(maxlen=self.history_limit)
-
-    def publish(self, data: Any, stream: str | None, seq: int | None) -> SessionEvent:
-        event: SessionEvent = {
-            "id": self.next_id,
-            "session_id": self.session_id,
-            "data": data,
-            "stream": stream,
-            "seq": seq,
-        }
-        self.next_id += 1
-        self.history.append(event)
+    def publish(self, event: SessionEvent) -> None:
         for subscriber in list(self.subscribers):
             subscriber._push(event)
-        return event
 
     def end_subscriptions(self) -> None:
         for subscriber in list(self.subscribers):
-            subscriber._finish(lagged=False)
+            subscriber._finish()
 
 
 class SessionSubscription:
-    """An async iterator of one session's events (de-duplicated, in order); ends when the session
-    is stopped, on :meth:`close`, or with :class:`SubscriptionLagged` for a subscriber that fell too
-    far behind. Use as ``async with``/``async for``."""
+    """An async iterator of one session's events, each once, in ``n`` order: with ``after``, first
+    the event log's events above it, then the live ones (whichever arrive while the log is read are
+    delivered once, at their place); an event missing between two live ones (stored by another
+    control plane instance, or dropped from the queue of a subscriber that fell more than
+    ``subscriber_buffer`` events behind) is read from the log. Ends when the session is stopped
+    (after what the log holds) or on :meth:`close`. Use as ``async with``/``async for``."""
 
-    def __init__(self, state: _SessionState, limit: int, after: int | None) -> None:
+    def __init__(self, state: _SessionState, limit: int, after: int | None, read: EventReader) -> None:
         self.session_id = state.session_id
         self._state = state
         self._limit = limit
+        self._read = read
+        self._last = after
+        """The ``n`` of the last event delivered (``None``: none yet, and no replay asked for)."""
         self._queue: deque[SessionEvent] = deque()
+        self._backlog: deque[SessionEvent] = deque()
+        self._behind = after is not None
+        """The log has events for us before the live queue's."""
+        self._gap_read = False
+        """The log was read for the gap before the queue's head (and had nothing for it)."""
         self._wakeup = asyncio.Event()
         self._ended = False
-        self._lagged = False
-        if after is not None:
-            self._queue.extend(event for event in state.history if event["id"] > after)
+        self._closed = False
         if state.status == "running":
             state.subscribers.add(self)
         else:
@@ -429,38 +426,61 @@ class SessionSubscription:
         if self._ended:
             return
         if len(self._queue) >= self._limit:
-            log.warning(
-                "a subscriber of session %s fell %d events behind; ending it", self.session_id, self._limit
+            log.info(
+                "a subscriber of session %s fell %d events behind; it continues from the event log",
+                self.session_id,
+                self._limit,
             )
-            self._finish(lagged=True)
-            return
+            if self._last is None:
+                self._last = self._queue[0]["id"] - 1
+            self._queue.clear()
+            self._behind = True
         self._queue.append(event)
         self._wakeup.set()
 
-    def _finish(self, *, lagged: bool) -> None:
+    def _finish(self) -> None:
         self._ended = True
-        self._lagged = self._lagged or lagged
         self._state.subscribers.discard(self)
         self._wakeup.set()
 
     def close(self) -> None:
-        self._finish(lagged=False)
+        self._closed = True
+        self._finish()
         self._queue.clear()
+        self._backlog.clear()
+
+    def _deliver(self, event: SessionEvent) -> SessionEvent:
+        self._last = event["id"]
+        self._gap_read = False
+        return event
 
     def __aiter__(self) -> SessionSubscription:
         return self
 
     async def __anext__(self) -> SessionEvent:
-        while True:
-            if self._lagged:
-                self._queue.clear()
-                raise SubscriptionLagged(f"the subscriber of session {self.session_id} fell behind")
+        while not self._closed:
+            if self._backlog:
+                return self._deliver(self._backlog.popleft())
+            if self._behind:
+                batch = await self._read(self._last or 0, None)
+                self._behind = len(batch) >= READ_PAGE
+                self._backlog.extend(event for event in batch if event["id"] > (self._last or 0))
+                continue
             if self._queue:
-                return self._queue.popleft()
+                head = self._queue[0]
+                if self._last is not None and head["id"] <= self._last:  # had it from the log
+                    self._queue.popleft()
+                    continue
+                if self._last is not None and head["id"] > self._last + 1 and not self._gap_read:
+                    self._gap_read = True
+                    self._backlog.extend(await self._read(self._last, head["id"]))
+                    continue
+                return self._deliver(self._queue.popleft())
             if self._ended:
-                raise StopAsyncIteration
+                break
             self._wakeup.clear()
             await self._wakeup.wait()
+        raise StopAsyncIteration
 
     async def __aenter__(self) -> SessionSubscription:
         return self
@@ -484,6 +504,8 @@ class ControlPlane:
         self.data_dir = Path(config.data_dir).expanduser()
         self.store = store if store is not None else ControlPlaneStore.open(config.resolved_database_url)
         self.store.mark_all_vms_disconnected()
+        self.event_log = EventLog(self.store.engine)
+        """Sessions' events and transcripts (synchronous: call it from a thread in async code)."""
         self.tickets = TicketStore(
             SqlTicketBackend(self.store.engine), ttl=config.ticket_ttl, clock=config.clock
         )
@@ -505,8 +527,32 @@ class ControlPlane:
             METHOD_MCP_CALL: self._mcp_call,
         }
         self._closed = False
+        self._pruning: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the periodic pruning of the event log (on the app's event loop; once)."""
+        if self._pruning is None and not self._closed:
+            self._pruning = asyncio.create_task(self._prune_periodically(), name="control-plane-prune")
+            self._tasks.add(self._pruning)
+
+    def prune_event_log(self) -> int:
+        """Apply the event log's retention now (synchronous); returns the events deleted."""
+        deleted = self.event_log.prune(
+            self.config.event_log_max_events, int(self.config.event_log_max_age * 1000)
+        )
+        if deleted:
+            log.info("pruned %d events from the event log", deleted)
+        return deleted
+
+    async def _prune_periodically(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.prune_event_log)
+            except Exception:
+                log.exception("pruning the event log failed")
+            await asyncio.sleep(self.config.event_log_prune_interval)
 
     async def aclose(self) -> None:
         """Close every execution-plane connection and stop running requests (the database stays
@@ -719,7 +765,7 @@ class ControlPlane:
             await asyncio.to_thread(self.store.set_session_status, session_id, user_id, "running")
         state = self._sessions.get(session_id)
         if state is None:
-            state = self._new_state(session_id, user_id, "running")
+            state = self._new_state(session_id, user_id)
         state.status = "running"
         runtime_type, model = await asyncio.to_thread(self.resolve_session_runtime, user_id, config)
         data = {**dict(config), "session_id": session_id, "runtime_type": runtime_type}
@@ -761,8 +807,9 @@ class ControlPlane:
         self._sessions.pop(session_id, None)
 
     def subscribe(self, user_id: str, session_id: str, *, after: int | None = None) -> SessionSubscription:
-        """The session's SSE events from now on (with ``after=N``, first the kept events whose id
-        is above ``N``). Refused at once for a session that is unknown or another user's."""
+        """The session's SSE events from now on (with ``after=N``, first the event log's events
+        whose ``n`` is above ``N``; :class:`SessionSubscription`). Refused at once for a session
+        that is unknown or another user's."""
         state = self._sessions.get(session_id)
         if state is None:
             record = self.store.get_session(session_id)
@@ -771,7 +818,11 @@ class ControlPlane:
             state = self._state_for(record)
         if state.user_id != user_id:
             raise SessionForbidden(f"session {session_id!r} belongs to another user")
-        return SessionSubscription(state, self.config.subscriber_buffer, after)
+
+        async def read(after_n: int, before: int | None) -> list[SessionEvent]:
+            return await asyncio.to_thread(self.event_log.read, session_id, after_n, before)
+
+        return SessionSubscription(state, self.config.subscriber_buffer, after, read)
 
     async def disconnect_exec_plane(
         self, user_id: str, reason: str = "disconnected by the control plane"
@@ -799,15 +850,15 @@ class ControlPlane:
                 f"the execution plane of user {link.user_id!r} disconnected while sending {frame.get('type')}"
             ) from None
 
-    def _new_state(self, session_id: str, user_id: str, status: str) -> _SessionState:
-        state = _SessionState(session_id, user_id, status, self.config.event_history)
+    def _new_state(self, session_id: str, user_id: str) -> _SessionState:
+        state = _SessionState(session_id, user_id, "running")
         self._sessions[session_id] = state
         return state
 
     def _state_for(self, record: SessionRecord) -> _SessionState:
         state = self._sessions.get(record.id)
         if state is None:
-            state = _SessionState(record.id, record.user_id, record.status, self.config.event_history)
+            state = _SessionState(record.id, record.user_id, record.status)
             if record.status == "running":
                 self._sessions[record.id] = state
         return state
@@ -1185,6 +1236,14 @@ class ControlPlane:
         elif method == FF_SNAPSHOT_SYNC:
             await asyncio.to_thread(self.store.upsert_snapshot, user_id, session_id, params, ts)
             return
+        elif method == FF_TRANSCRIPT_SYNC:
+            try:
+                stored = await asyncio.to_thread(
+                    self.event_log.put_transcript, user_id, record_id, params, ts
+                )
+            except InvalidTranscript as exc:
+                log.warning("dropping a transcript_sync record of %s: %s", link.vm_id, exc)
+                return
         else:
             log.info("ignoring fire-and-forget method %r from %s", method, link.vm_id)
             return
@@ -1205,22 +1264,29 @@ class ControlPlane:
             return
         seq = frame.get("seq")
         stream = frame.get("stream")
-        if seq is not None:
-            key = stream or ""
-            last = state.last_seq.get(key, 0)
-            if seq <= last:
+        key = stream or ""
+        if seq is not None and seq <= state.last_seq.get(key, 0):  # a replay this process has seen
+            self.duplicate_events += 1
+            return
+        async with state.append_lock:
+            appended = await asyncio.to_thread(
+                self.event_log.append, link.user_id, session_id, stream, seq, frame.get("data")
+            )
+            if appended is None:
                 self.duplicate_events += 1
                 return
-            if seq > last + 1:
-                log.warning(
-                    "session %s stream %s skipped events %d-%d (the execution plane's buffer dropped them)",
-                    session_id,
-                    key,
-                    last + 1,
-                    seq - 1,
-                )
-            state.last_seq[key] = seq
-        state.publish(frame.get("data"), stream, seq)
+            if seq is not None:
+                last = appended.previous_seq or 0
+                if seq > last + 1:
+                    log.warning(
+                        "session %s stream %s skipped events %d-%d (the execution plane dropped them)",
+                        session_id,
+                        key,
+                        last + 1,
+                        seq - 1,
+                    )
+                state.last_seq[key] = seq
+            state.publish(appended.event)
 
 
 # -- the app -------------------------------------------------------------------------------------
@@ -1279,6 +1345,7 @@ def create_control_plane_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        service.start()
         yield
         await service.aclose()
         if owned:
