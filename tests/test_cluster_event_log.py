@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionForbidden
+from clawlet.cluster.cp_cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
 from clawlet.cluster.cp_db import ControlPlaneStore, now_ms
 from clawlet.cluster.event_log import EventLog, InvalidTranscript, SessionEvent, session_event_counters
 from clawlet.cluster.local_cluster import LocalCluster
@@ -164,6 +165,19 @@ def test_retention_keeps_the_newest_events_and_drops_idle_sessions(log: EventLog
     # numbering goes on where it was: a client's after= stays meaningful
     appended = log.append(ALICE, "idle", "B", 1, "back")
     assert appended is not None and appended.event["id"] == 4
+
+
+def test_retention_is_set_by_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = build_config(tmp_path / "cp")
+    assert (default.event_log_max_events, default.event_log_max_age) == (10_000, 30 * 24 * 3600)
+    monkeypatch.setenv(ENV_EVENT_LOG_MAX_EVENTS, "500")
+    monkeypatch.setenv(ENV_EVENT_LOG_MAX_AGE_DAYS, "0.5")
+    config = build_config(tmp_path / "cp")
+    assert (config.event_log_max_events, config.event_log_max_age) == (500, 12 * 3600)
+    for bad in ("0", "-3", "lots", "inf", "nan"):
+        monkeypatch.setenv(ENV_EVENT_LOG_MAX_EVENTS, bad)
+        with pytest.raises(SystemExit, match=f"{ENV_EVENT_LOG_MAX_EVENTS} must be a positive number"):
+            build_config(tmp_path / "cp")
 
 
 async def test_the_control_plane_prunes_the_log_periodically(tmp_path: Path) -> None:
