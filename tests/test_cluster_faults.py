@@ -680,3 +680,4 @@ def test_resume_positions_of_the_cluster_event_stream() -> None:
     assert resume_after("garbage", 3) == 3  # ignored: the after parameter holds
     assert resume_after("a1b2c3d4-17", None) is None  # the ids before the durable log: ignored
     assert resume_after("١٧", None) is None  # digits, but not ASCII ones
+    assert resume_after("9" * 5000, 3) == 3  # no number an event has (nor one int() takes)

@@ -225,10 +225,10 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
 
 
 def resume_after(last_event_id: str, default: int | None) -> int | None:
-    """Where a stream resumes for ``Last-Event-ID``: ``n`` → after ``n``; anything else →
-    ``default`` (the ``after`` parameter)."""
+    """Where a stream resumes for ``Last-Event-ID``: ``n`` (up to 19 digits: a BIGINT) → after
+    ``n``; anything else → ``default`` (the ``after`` parameter)."""
     number = last_event_id.strip()
-    return int(number) if number.isascii() and number.isdigit() else default
+    return int(number) if number.isascii() and number.isdigit() and len(number) <= 19 else default
 
 
 def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = None) -> ClusterFrontend:
