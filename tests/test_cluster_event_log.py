@@ -291,6 +291,31 @@ async def test_an_event_stored_by_another_instance_is_read_from_the_log(tmp_path
         await cp.stop()
 
 
+async def test_an_event_the_log_could_not_store_is_sent_again(cp_harness: Harness) -> None:
+    cp = cp_harness
+    client = cp.client(cp.user(ALICE))
+    await client.connect()
+    await cp.plane.start_session(ALICE, "s1", {})
+    sub = cp.plane.subscribe(ALICE, "s1")
+    real_append = cp.plane.event_log.append
+    failures: list[Any] = []
+
+    def append(user_id: str, session_id: str, stream: str | None, seq: int | None, data: Any) -> Any:
+        if data == "second" and not failures:  # the database fails once
+            failures.append(data)
+            raise sa.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+        return real_append(user_id, session_id, stream, seq, data)
+
+    cp.plane.event_log.append = append  # type: ignore[method-assign]
+    for data in ("first", "second", "third"):
+        await client.send_sse_event("s1", data)
+    # the link was closed rather than the event acknowledged: the client reconnects and replays
+    events = await collect(sub, 3, timeout=60)
+    assert [(e["data"], e["seq"]) for e in events] == [("first", 1), ("second", 2), ("third", 3)]
+    assert failures == ["second"] and client.connects == 2
+    assert [e["data"] for e in cp.plane.event_log.read("s1", 0)] == ["first", "second", "third"]
+
+
 # -- transcripts ------------------------------------------------------------------------------------
 
 

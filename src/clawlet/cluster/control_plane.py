@@ -30,7 +30,8 @@ reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still
 least once); ``snapshot_sync`` upserts, and so does ``transcript_sync`` (the latest transcript of
 each session). **SSE events** go to the durable event log (:mod:`clawlet.cluster.event_log`),
 de-duplicated by ``(stream, session_id, seq)`` — an event whose ``seq`` is not above the last
-stored for its ``(stream, session)`` is dropped — and are then published, in order, to
+stored for its ``(stream, session)`` is dropped; one the database fails to store closes the
+connection, so the execution plane sends it again — and are then published, in order, to
 :meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
 (:mod:`clawlet.cluster.events`). A subscriber gets the log's events after the ``n`` it names, then
 the live ones, each once; the log is pruned to ``event_log_max_events`` per session and drops a
@@ -165,6 +166,7 @@ CLOSE_REPLACED: Final = 4000
 CLOSE_DISCONNECTED: Final = 1012
 """Close code of :meth:`ControlPlane.disconnect_exec_plane` (the client reconnects)."""
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_INTERNAL_ERROR: Final = 1011
 DEFAULT_VM_TOKEN_TTL: Final = 30 * 24 * 3600.0
 """A VM token must outlive the VM: the execution plane reconnects with it, never with a new one."""
 MAX_LOGGED_ID: Final = 64
@@ -1269,9 +1271,16 @@ class ControlPlane:
             self.duplicate_events += 1
             return
         async with state.append_lock:
-            appended = await asyncio.to_thread(
-                self.event_log.append, link.user_id, session_id, stream, seq, frame.get("data")
-            )
+            try:
+                appended = await asyncio.to_thread(
+                    self.event_log.append, link.user_id, session_id, stream, seq, frame.get("data")
+                )
+            except Exception:
+                # not stored: the execution plane must not take a later heartbeat's acknowledgement
+                # for it. Closing the link makes it reconnect and send the event again.
+                log.exception("could not store an event of session %s; closing the link", session_id)
+                await self._close_link(link, CLOSE_INTERNAL_ERROR, "could not store an event")
+                raise _LinkClosed from None
             if appended is None:
                 self.duplicate_events += 1
                 return
