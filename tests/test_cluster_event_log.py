@@ -32,6 +32,8 @@ from tests.test_control_plane import ALICE, BOB, SECRET, Harness, collect, recv_
 
 llm = faults.llm
 make_cluster = faults.make_cluster
+WAIT = 60.0
+"""Seconds a test waits for a condition (generous: the suite runs on loaded machines)."""
 
 
 @pytest.fixture
@@ -189,8 +191,8 @@ async def test_the_control_plane_prunes_the_log_periodically(tmp_path: Path) -> 
         await cp.plane.start_session(ALICE, "s1", {})
         await send_events(ws, "s1", "A", range(1, 6))
         assert cp.plane.event_log.count("s1") in range(2, 6)
-        await until(lambda: cp.plane.event_log.count("s1") == 2, 60)
-        assert ids(await collect(cp.plane.subscribe(ALICE, "s1", after=0), 2)) == [4, 5]
+        await until(lambda: cp.plane.event_log.count("s1") == 2, WAIT)
+        assert ids(await collect(cp.plane.subscribe(ALICE, "s1", after=0), 2, timeout=WAIT)) == [4, 5]
     finally:
         await cp.stop()
 
@@ -214,7 +216,7 @@ async def test_events_survive_a_control_plane_restart(tmp_path: Path, database_u
     try:
         again = cp.plane.issue_vm_credentials(ALICE)
         late = cp.plane.subscribe(ALICE, "s1", after=1)
-        assert [(e["id"], e["seq"]) for e in await collect(late, 2)] == [(2, 2), (3, 3)]
+        assert [(e["id"], e["seq"]) for e in await collect(late, 2, timeout=WAIT)] == [(2, 2), (3, 3)]
         with pytest.raises(SessionForbidden):
             cp.plane.subscribe(BOB, "s1")
         # the execution plane replays what it was not sure of: stored once, the new one goes on
@@ -222,8 +224,8 @@ async def test_events_survive_a_control_plane_restart(tmp_path: Path, database_u
         await recv_type(ws, "init")
         await send_events(ws, "s1", "A", range(1, 5))
         assert cp.plane.duplicate_events == 3
-        assert [(e["id"], e["seq"]) for e in await collect(late, 1)] == [(4, 4)]
-        assert ids(await collect(cp.plane.subscribe(ALICE, "s1", after=0), 4)) == [1, 2, 3, 4]
+        assert [(e["id"], e["seq"]) for e in await collect(late, 1, timeout=WAIT)] == [(4, 4)]
+        assert ids(await collect(cp.plane.subscribe(ALICE, "s1", after=0), 4, timeout=WAIT)) == [1, 2, 3, 4]
     finally:
         await cp.stop()
 
@@ -253,19 +255,19 @@ async def test_events_arriving_while_the_log_is_read_are_neither_lost_nor_double
                 return real_read(session_id, after, before, limit)
             found = real_read(session_id, after, before, limit) if read_first else []
             reads.append(after)
-            assert gate.wait(60)
+            assert gate.wait(WAIT)
             return found if read_first else real_read(session_id, after, before, limit)
 
         cp.plane.event_log.read = read  # type: ignore[method-assign]
         sub = cp.plane.subscribe(ALICE, "s1", after=1)
-        first = asyncio.create_task(collect(sub, 4, timeout=60))
-        await until(lambda: reads, 30)
+        first = asyncio.create_task(collect(sub, 4, timeout=WAIT))
+        await until(lambda: reads, WAIT)
         await send_events(ws, "s1", "A", range(4, 6))
         gate.set()
         events = await first
         assert [(e["id"], e["seq"]) for e in events] == [(2, 2), (3, 3), (4, 4), (5, 5)]
         await send_events(ws, "s1", "A", [6])
-        assert ids(await collect(sub, 1)) == [6]
+        assert ids(await collect(sub, 1, timeout=WAIT)) == [6]
     finally:
         await cp.stop()
 
@@ -284,7 +286,7 @@ async def test_an_event_stored_by_another_instance_is_read_from_the_log(tmp_path
         # reconnected there); this one is told only of n = 3
         assert EventLog(other.engine).append(ALICE, "s1", "B", 1, {"kind": "TextDelta", "text": "B1"})
         await send_events(ws, "s1", "A", [2])
-        events = await collect(sub, 3)
+        events = await collect(sub, 3, timeout=WAIT)
         assert [(e["id"], e["stream"], e["seq"]) for e in events] == [(1, "A", 1), (2, "B", 1), (3, "A", 2)]
     finally:
         other.close()
@@ -310,7 +312,7 @@ async def test_an_event_the_log_could_not_store_is_sent_again(cp_harness: Harnes
     for data in ("first", "second", "third"):
         await client.send_sse_event("s1", data)
     # the link was closed rather than the event acknowledged: the client reconnects and replays
-    events = await collect(sub, 3, timeout=60)
+    events = await collect(sub, 3, timeout=WAIT)
     assert [(e["data"], e["seq"]) for e in events] == [("first", 1), ("second", 2), ("third", 3)]
     assert failures == ["second"] and client.connects == 2
     assert [e["data"] for e in cp.plane.event_log.read("s1", 0)] == ["first", "second", "third"]
@@ -364,7 +366,7 @@ async def test_transcript_sync_records_are_stored_for_their_user_only(cp_harness
     await client.connect()
     await cp.plane.start_session(ALICE, "sa", {})
     await client.fire_and_forget("sa", FF_TRANSCRIPT_SYNC, **transcript("sa", "Alice's chat", 2))
-    await until(lambda: cp.plane.event_log.get_transcript(ALICE, "", "sa"), 30)
+    await until(lambda: cp.plane.event_log.get_transcript(ALICE, "", "sa"), WAIT)
 
     # Bob's execution plane: a record for Alice's session is ignored; one for a session of his own
     # (even with the same local id) is his only; a malformed one is dropped, the link stays up
