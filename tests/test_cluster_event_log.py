@@ -21,7 +21,13 @@ import sqlalchemy as sa
 from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionForbidden
 from clawlet.cluster.cp_cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
 from clawlet.cluster.cp_db import ControlPlaneStore, now_ms
-from clawlet.cluster.event_log import EventLog, InvalidTranscript, SessionEvent, session_event_counters
+from clawlet.cluster.event_log import (
+    READ_PAGE,
+    EventLog,
+    InvalidTranscript,
+    SessionEvent,
+    session_event_counters,
+)
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.cluster.protocol import FF_TRANSCRIPT_SYNC, encode, fire_and_forget_frame, sse_event_frame
 from clawlet.cluster.remote_adapter import remote_session_id
@@ -270,6 +276,24 @@ async def test_events_arriving_while_the_log_is_read_are_neither_lost_nor_double
         assert ids(await collect(sub, 1, timeout=WAIT)) == [6]
     finally:
         await cp.stop()
+
+
+async def test_a_long_log_is_replayed_a_page_at_a_time(cp_harness: Harness) -> None:
+    cp = cp_harness
+    ws = await cp.raw_connect(ALICE, (alice := cp.user(ALICE)).token, alice.ticket)
+    await recv_type(ws, "init")
+    await cp.plane.start_session(ALICE, "s1", {})
+    total = 2 * READ_PAGE + 7
+
+    def fill() -> None:
+        for seq in range(1, total + 1):
+            cp.plane.event_log.append(ALICE, "s1", "A", seq, seq)
+
+    await asyncio.to_thread(fill)
+    sub = cp.plane.subscribe(ALICE, "s1", after=3)
+    await send_events(ws, "s1", "A", [total + 1])  # live, while the log is still being read
+    events = await collect(sub, total - 2, timeout=WAIT)
+    assert ids(events) == list(range(4, total + 2))
 
 
 async def test_an_event_stored_by_another_instance_is_read_from_the_log(tmp_path: Path) -> None:

@@ -464,9 +464,10 @@ class SessionSubscription:
             if self._backlog:
                 return self._deliver(self._backlog.popleft())
             if self._behind:
+                self._behind = False  # unless this page is full (or the queue overflows meanwhile)
                 batch = await self._read(self._last or 0, None)
-                self._behind = len(batch) >= READ_PAGE
-                self._backlog.extend(event for event in batch if event["id"] > (self._last or 0))
+                self._behind = self._behind or len(batch) >= READ_PAGE
+                self._backlog.extend(batch)
                 continue
             if self._queue:
                 head = self._queue[0]
