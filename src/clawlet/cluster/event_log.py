@@ -22,7 +22,9 @@ and is dropped (the rule the control plane always had, now across restarts and i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
@@ -107,6 +109,11 @@ class EventLog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._append_lock: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
+        )
+        """SQLite: this process's appends take turns here rather than in SQLite's busy handler,
+        which let one of many concurrent writers starve past its timeout on a loaded machine."""
 
     # events
 
@@ -119,7 +126,7 @@ class EventLog:
         key = stream or ""
         counter = session_event_counters
         try:
-            with self.engine.begin() as db:
+            with self._append_lock, self.engine.begin() as db:
                 # a write first: it takes the counter row's lock (SQLite: the database's) before reading
                 insert_ignoring_duplicates(
                     db,
