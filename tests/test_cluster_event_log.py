@@ -10,6 +10,7 @@ runs a real control plane and execution plane as processes (tests/test_cluster_f
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +30,13 @@ from clawlet.cluster.event_log import (
     session_event_counters,
 )
 from clawlet.cluster.local_cluster import LocalCluster
-from clawlet.cluster.protocol import FF_TRANSCRIPT_SYNC, encode, fire_and_forget_frame, sse_event_frame
+from clawlet.cluster.protocol import (
+    FF_TRANSCRIPT_SYNC,
+    MAX_SEQ,
+    encode,
+    fire_and_forget_frame,
+    sse_event_frame,
+)
 from clawlet.cluster.remote_adapter import remote_session_id
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests import test_cluster_faults as faults
@@ -317,29 +324,41 @@ async def test_an_event_stored_by_another_instance_is_read_from_the_log(tmp_path
         await cp.stop()
 
 
-async def test_an_event_the_log_could_not_store_is_sent_again(cp_harness: Harness) -> None:
+async def test_an_event_the_database_cannot_take_now_is_sent_again(cp_harness: Harness) -> None:
     cp = cp_harness
     client = cp.client(cp.user(ALICE))
     await client.connect()
     await cp.plane.start_session(ALICE, "s1", {})
     sub = cp.plane.subscribe(ALICE, "s1")
-    real_append = cp.plane.event_log.append
-    failures: list[Any] = []
+    failures: list[str] = []
 
-    def append(user_id: str, session_id: str, stream: str | None, seq: int | None, data: Any) -> Any:
-        if data == "second" and not failures:  # the database fails once
-            failures.append(data)
-            raise sa.exc.OperationalError("INSERT", {}, Exception("database is locked"))
-        return real_append(user_id, session_id, stream, seq, data)
+    def busy_once(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        inserting = statement.startswith("INSERT INTO session_events") and '"second"' in str(parameters)
+        if inserting and not failures:  # the database is busy once, past its timeout
+            failures.append(statement)
+            raise sqlite3.OperationalError("database is locked")
 
-    cp.plane.event_log.append = append  # type: ignore[method-assign]
+    sa.event.listen(cp.plane.store.engine, "before_cursor_execute", busy_once)
     for data in ("first", "second", "third"):
         await client.send_sse_event("s1", data)
     # the link was closed rather than the event acknowledged: the client reconnects and replays
     events = await collect(sub, 3, timeout=WAIT)
     assert [(e["data"], e["seq"]) for e in events] == [("first", 1), ("second", 2), ("third", 3)]
-    assert failures == ["second"] and client.connects == 2
+    assert len(failures) == 1 and client.connects == 2
     assert [e["data"] for e in cp.plane.event_log.read("s1", 0)] == ["first", "second", "third"]
+
+
+async def test_an_event_whose_seq_no_bigint_holds_is_refused(cp_harness: Harness) -> None:
+    cp = cp_harness
+    alice = cp.user(ALICE)
+    ws = await cp.raw_connect(ALICE, alice.token, alice.ticket)
+    await recv_type(ws, "init")
+    await cp.plane.start_session(ALICE, "s1", {})
+    await ws.send(encode(sse_event_frame("s1", "too far", MAX_SEQ + 1, "A")))
+    refused = await recv_type(ws, "error")
+    assert "positive 64-bit integer" in refused["error"]["message"]
+    await send_events(ws, "s1", "A", [MAX_SEQ])  # the link is still up; the largest seq is stored
+    assert [e["seq"] for e in cp.plane.event_log.read("s1", 0)] == [MAX_SEQ]
 
 
 # -- transcripts ------------------------------------------------------------------------------------

@@ -30,8 +30,9 @@ reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still
 least once); ``snapshot_sync`` upserts, and so does ``transcript_sync`` (the latest transcript of
 each session). **SSE events** go to the durable event log (:mod:`clawlet.cluster.event_log`),
 de-duplicated by ``(stream, session_id, seq)`` — an event whose ``seq`` is not above the last
-stored for its ``(stream, session)`` is dropped; one the database fails to store closes the
-connection, so the execution plane sends it again — and are then published, in order, to
+stored for its ``(stream, session)`` is dropped; one the database cannot take now (unreachable or
+busy) closes the connection, so the execution plane sends it again — and are then published, in
+order, to
 :meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
 (:mod:`clawlet.cluster.events`). A subscriber gets the log's events after the ``n`` it names, then
 the live ones, each once; the log is pruned to ``event_log_max_events`` per session and drops a
@@ -96,7 +97,7 @@ from clawlet.cluster.cp_userdata import (
     UserMcpServers,
     check_user_id,
 )
-from clawlet.cluster.event_log import READ_PAGE, EventLog, InvalidTranscript
+from clawlet.cluster.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
 from clawlet.cluster.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
 from clawlet.cluster.protocol import (
     AUTH,
@@ -1276,10 +1277,10 @@ class ControlPlane:
                 appended = await asyncio.to_thread(
                     self.event_log.append, link.user_id, session_id, stream, seq, frame.get("data")
                 )
-            except Exception:
+            except LogUnavailable as exc:
                 # not stored: the execution plane must not take a later heartbeat's acknowledgement
                 # for it. Closing the link makes it reconnect and send the event again.
-                log.exception("could not store an event of session %s; closing the link", session_id)
+                log.error("could not store an event of session %s (%s); closing the link", session_id, exc)
                 await self._close_link(link, CLOSE_INTERNAL_ERROR, "could not store an event")
                 raise _LinkClosed from None
             if appended is None:

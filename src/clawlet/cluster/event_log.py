@@ -100,6 +100,11 @@ class InvalidTranscript(ValueError):
     """A ``transcript_sync`` record without a session id, title or message list."""
 
 
+class LogUnavailable(Exception):
+    """The database could not take the event now (unreachable, or busy past its timeout): a
+    passing trouble, unlike an event it can never store."""
+
+
 class _Duplicate(Exception):
     """Rolls back an append whose event is stored already."""
 
@@ -121,7 +126,8 @@ class EventLog:
         self, user_id: str, session_id: str, stream: str | None, seq: int | None, data: Any
     ) -> Appended | None:
         """Store one event with the session's next ``n``; ``None`` when its ``(stream, seq)`` is
-        stored already or ``seq`` is not above the highest stored for the stream (a replay)."""
+        stored already or ``seq`` is not above the highest stored for the stream (a replay).
+        :class:`LogUnavailable` when the database cannot be written now."""
         now = now_ms()
         key = stream or ""
         counter = session_event_counters
@@ -164,6 +170,8 @@ class EventLog:
                     raise _Duplicate
         except _Duplicate:
             return None
+        except sa.exc.OperationalError as exc:
+            raise LogUnavailable(str(exc.orig)) from exc
         event: SessionEvent = {
             "id": int(n),
             "session_id": session_id,
