@@ -25,6 +25,8 @@ Tables (times are epoch milliseconds unless said otherwise):
 * ``skill_packages`` — ``(skill_id, version, user_id)`` → files (JSON ``[{path, content,
   encoding}]``); ``user_id`` NULL is a global package. Uniqueness is two partial unique indexes
   (NULLs are distinct in a plain unique key).
+* ``session_events``, ``session_event_counters``, ``session_transcripts`` — the durable event log
+  of sessions and their latest transcripts (defined and used by :mod:`clawlet.cluster.event_log`).
 * ``tickets`` — connect tickets by SHA-256 digest (:class:`SqlTicketBackend`, times in epoch
   seconds as :mod:`clawlet.cluster.auth` uses them); the claim is one conditional ``UPDATE``.
 
