@@ -461,6 +461,11 @@ def test_control_plane_killed_mid_turn_and_restarted(
     # a client that resumes with the last SSE id the old control plane gave it gets them too
     resumed = EventStream(cluster, "alice", "s1", last_event_id=last_id_before)
     resumed.wait_for(interrupted_turn_complete, "the interrupted turn's end after Last-Event-ID", 30)
+    # the event log outlived the old process: the new one replays what the old one had (same SSE
+    # ids), and a client resuming with an old id gets only what came after it
+    assert [event for event in new.snapshot() if event["seq"] <= last_before] == seen_before
+    assert new.ids[: len(seen_before)] == old.ids[: len(seen_before)]
+    assert min(event["seq"] for event in resumed.snapshot()) > last_before
 
     # the queued usage reports arrive exactly once: one row per turn, with the model's tokens
     wait_until(lambda: not queued_records(cluster, "alice"), "the usage queue to be flushed")
@@ -668,9 +673,10 @@ def test_reused_and_expired_tickets_are_refused(
 
 
 def test_resume_positions_of_the_cluster_event_stream() -> None:
-    """The SSE ids of /api/cluster/.../events name the control plane process (see test 1)."""
-    assert resume_after("a1b2c3d4-17", "a1b2c3d4", None) == 17  # this process: after its event 17
-    assert resume_after("0badf00d-17", "a1b2c3d4", None) == 0  # before a restart: all kept events
-    assert resume_after("17", "a1b2c3d4", 3) == 17  # a bare number: this process's id
-    assert resume_after("garbage", "a1b2c3d4", 3) == 3  # ignored: the after parameter holds
-    assert resume_after("a1b2c3d4-x", "a1b2c3d4", None) is None
+    """The SSE ids of /api/cluster/.../events are the event log's ``n`` (see test 1)."""
+    assert resume_after("17", 3) == 17  # after event 17, whichever control plane gave the id
+    assert resume_after(" 17 ", None) == 17
+    assert resume_after("garbage", 3) == 3  # ignored: the after parameter holds
+    assert resume_after("a1b2c3d4-17", None) is None  # the ids before the durable log: ignored
+    assert resume_after("١٧", None) is None  # digits, but not ASCII ones
+    assert resume_after("9" * 5000, 3) == 3  # no number an event has (nor one int() takes)

@@ -46,7 +46,6 @@ from clawlet.cluster.control_plane import (
     SessionForbidden,
     SessionNotFound,
     SessionNotRunning,
-    SubscriptionLagged,
     TicketRedactingFilter,
     VmCredentials,
     create_control_plane_app,
@@ -701,7 +700,7 @@ async def test_sse_events_are_deduplicated_by_stream_session_and_seq(cp: Harness
         cp.plane.subscribe(ALICE, "unknown")
 
 
-async def test_a_lagging_subscriber_is_ended(tmp_path: Path) -> None:
+async def test_a_lagging_subscriber_continues_from_the_event_log(tmp_path: Path) -> None:
     cp = await Harness(tmp_path, subscriber_buffer=2).start()
     try:
         alice = cp.user(ALICE)
@@ -709,11 +708,12 @@ async def test_a_lagging_subscriber_is_ended(tmp_path: Path) -> None:
         await recv_type(ws, "init")
         await cp.plane.start_session(ALICE, "s1", {})
         sub = cp.plane.subscribe(ALICE, "s1")
-        for seq in range(1, 5):
+        for seq in range(1, 6):
             await ws.send(encode(sse_event_frame("s1", seq, seq, "A")))
         await settle(ws)
-        with pytest.raises(SubscriptionLagged):
-            await collect(sub, 4)
+        # five live events for a buffer of two: the queue overflowed, the log fills the gap
+        events = await collect(sub, 5)
+        assert [e["data"] for e in events] == [1, 2, 3, 4, 5] and [e["id"] for e in events] == [1, 2, 3, 4, 5]
         assert [e["data"] for e in await collect(cp.plane.subscribe(ALICE, "s1", after=2), 2)] == [3, 4]
     finally:
         await cp.stop()
@@ -806,7 +806,7 @@ def store(database_url: str) -> Iterator[ControlPlaneStore]:
 def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: str) -> None:
     store = ControlPlaneStore.open(database_url)
     try:
-        assert current_revision(store.engine) == "0003"
+        assert current_revision(store.engine) == "0004"
         migrate_inbox(store.engine)
         ControlPlaneStore.open(database_url).close()  # migrating again is a no-op
         tables = set(sa.inspect(store.engine).get_table_names())
@@ -818,6 +818,9 @@ def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: s
             "orgs",
             "usage",
             "tickets",
+            "session_events",
+            "session_event_counters",
+            "session_transcripts",
             "tasks",
             "messages",
         } <= tables

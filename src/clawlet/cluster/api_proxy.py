@@ -147,7 +147,8 @@ class TunnelProxy:
         transcripts = self.transcripts
         if scope["method"] == "GET" and transcripts is not None:
             if path == SESSIONS_PATH:
-                return offline_json(await asyncio.to_thread(transcripts.list_transcripts, user_id, ""))
+                listed = await asyncio.to_thread(transcripts.list_transcripts, user_id, "")
+                return offline_json([session_summary(item) for item in listed])
             match = HISTORY_PATH.match(path)
             if match:
                 found = await asyncio.to_thread(transcripts.get_transcript, user_id, "", match["session_id"])
@@ -158,6 +159,18 @@ class TunnelProxy:
             "(the session list and histories are readable meanwhile)"
         )
         return refusal(path, 503, "exec_plane_offline", message)
+
+
+def session_summary(item: dict[str, Any]) -> dict[str, Any]:
+    """A synced transcript's entry as ``GET /api/sessions`` lists sessions."""
+    return {
+        "id": item["session_id"],
+        "title": item.get("title", ""),
+        "created_at": item.get("updated_at"),
+        "updated_at": item.get("updated_at"),
+        "message_count": item.get("message_count", 0),
+        "waiting": False,
+    }
 
 
 def offline_json(content: Any) -> JSONResponse:

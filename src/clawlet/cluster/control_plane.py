@@ -27,10 +27,16 @@ reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still
 ``response`` follows on the new connection) or ``lost``. A request is carried out once.
 
 **Fire-and-forget** records are stored de-duplicated by ``(user_id, id)`` (the client delivers at
-least once); ``snapshot_sync`` upserts. **SSE events** are de-duplicated by ``(stream, session_id,
-seq)`` — an event whose ``seq`` is not above the last seen for its ``(stream, session)`` is dropped —
-and published, in order, to :meth:`ControlPlane.subscribe`, as they came: clawlet events in their
-JSON encoding (:mod:`clawlet.cluster.events`).
+least once); ``snapshot_sync`` upserts, and so does ``transcript_sync`` (the latest transcript of
+each session). **SSE events** go to the durable event log (:mod:`clawlet.cluster.event_log`),
+de-duplicated by ``(stream, session_id, seq)`` — an event whose ``seq`` is not above the last
+stored for its ``(stream, session)`` is dropped; one the database cannot take now (unreachable or
+busy) closes the connection, so the execution plane sends it again — and are then published, in
+order, to
+:meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
+(:mod:`clawlet.cluster.events`). A subscriber gets the log's events after the ``n`` it names, then
+the live ones, each once; the log is pruned to ``event_log_max_events`` per session and drops a
+session's events ``event_log_max_age`` seconds after its last one.
 
 **Isolation.** Everything an execution plane sends is attributed to the user its JWT names. A
 session belongs to the user who started it (the ``sessions`` table); the routing API
@@ -58,7 +64,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
@@ -92,6 +98,8 @@ from clawlet.cluster.cp_userdata import (
     UserMcpServers,
     check_user_id,
 )
+from clawlet.cluster.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
+from clawlet.cluster.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
 from clawlet.cluster.http_routing import TunnelRouter
 from clawlet.cluster.protocol import (
     AUTH,
@@ -108,6 +116,7 @@ from clawlet.cluster.protocol import (
     FF_AUDIT_LOG,
     FF_EVOLUTION_SUBMIT,
     FF_SNAPSHOT_SYNC,
+    FF_TRANSCRIPT_SYNC,
     FF_USAGE_REPORT,
     INIT_EVENT_ENCODING,
     INIT_HEARTBEAT_ACK,
@@ -160,6 +169,7 @@ CLOSE_REPLACED: Final = 4000
 CLOSE_DISCONNECTED: Final = 1012
 """Close code of :meth:`ControlPlane.disconnect_exec_plane` (the client reconnects)."""
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_INTERNAL_ERROR: Final = 1011
 DEFAULT_VM_TOKEN_TTL: Final = 30 * 24 * 3600.0
 """A VM token must outlive the VM: the execution plane reconnects with it, never with a new one."""
 MAX_LOGGED_ID: Final = 64
@@ -189,10 +199,14 @@ class ControlPlaneConfig:
     """How long a request's outcome is kept for ``resume``."""
     max_kept_results: int = 1000
     """Outcomes kept per user (the oldest go first)."""
-    event_history: int = 1000
-    """SSE events kept per session for subscribers that start late (``after=``)."""
+    event_log_max_events: int = 10_000
+    """Events the event log keeps per session (the oldest go first)."""
+    event_log_max_age: float = 30 * 24 * 3600.0
+    """Seconds after a session's last event that its events are dropped from the log."""
+    event_log_prune_interval: float = 600.0
+    """Seconds between two prunings of the event log."""
     subscriber_buffer: int = 10_000
-    """Events a subscriber may fall behind by before it is ended as lagging."""
+    """Live events a subscriber may fall behind by; beyond, it reads them from the event log."""
     mcp_timeout: float = 50.0
     clock: Callable[[], float] = time.time
     """Wall clock of tickets (injectable for tests)."""
@@ -268,6 +282,21 @@ def check_model_settings(settings: Mapping[str, Any]) -> dict[str, str]:
     return checked
 
 
+def session_key(user_id: str, session_id: str) -> str:
+    """The control plane's id of ``user_id``'s session ``session_id`` (the one its execution plane
+    knows): sessions of every user share the control plane's tables, and two users may both have an
+    ``s1``. ``<12 hex digits of the user>.<session id>`` (the session id hashed when that would be
+    too long)."""
+    prefix = hashlib.sha256(user_id.encode()).hexdigest()[:12]
+    combined = f"{prefix}.{session_id}"
+    if len(combined) > MAX_SESSION_KEY:
+        combined = f"{prefix}.{hashlib.sha256(session_id.encode()).hexdigest()[:40]}"
+    return combined
+
+
+MAX_SESSION_KEY: Final = 128
+
+
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -295,11 +324,6 @@ class SessionNotRunning(RoutingError):
     """The session was stopped."""
 
 
-class SubscriptionLagged(RoutingError):
-    """A subscriber fell more than ``subscriber_buffer`` events behind and was ended; subscribe
-    again with ``after=`` the last event id it got to continue from the kept history."""
-
-
 class RequestFailed(Exception):
     """Raised by a request handler: answered as ``response {error: {code, message}}``."""
 
@@ -314,17 +338,6 @@ class _LinkClosed(Exception):
 
 
 # -- shapes --------------------------------------------------------------------------------------
-
-
-class SessionEvent(TypedDict):
-    """One SSE event of a session as subscribers get it."""
-
-    id: int
-    """1, 2, 3, … per session in this control plane process (what ``after=`` refers to)."""
-    session_id: str
-    data: Any
-    stream: str | None
-    seq: int | None
 
 
 @dataclass(frozen=True)
@@ -377,54 +390,56 @@ class _VmLink:
     closed: bool = False
 
 
+EventReader = Callable[[int, int | None], Awaitable[list[SessionEvent]]]
+"""Reads a session's logged events ``after < n < before`` (``before`` ``None``: no bound), a page at
+a time, oldest first."""
+
+
 @dataclass(eq=False)
 class _SessionState:
     session_id: str
     user_id: str
     status: str
-    history_limit: int
-    next_id: int = 1
-    history: deque[SessionEvent] = field(init=False)
     last_seq: dict[str, int] = field(default_factory=dict)
+    """The highest ``seq`` this process knows is logged, per stream (spares the database the
+    replays it has seen)."""
+    append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held from an event's append to its publication: subscribers get events in ``n`` order."""
     subscribers: set[SessionSubscription] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        self.history = deque(maxlen=self.history_limit)
-
-    def publish(self, data: Any, stream: str | None, seq: int | None) -> SessionEvent:
-        event: SessionEvent = {
-            "id": self.next_id,
-            "session_id": self.session_id,
-            "data": data,
-            "stream": stream,
-            "seq": seq,
-        }
-        self.next_id += 1
-        self.history.append(event)
+    def publish(self, event: SessionEvent) -> None:
         for subscriber in list(self.subscribers):
             subscriber._push(event)
-        return event
 
     def end_subscriptions(self) -> None:
         for subscriber in list(self.subscribers):
-            subscriber._finish(lagged=False)
+            subscriber._finish()
 
 
 class SessionSubscription:
-    """An async iterator of one session's events (de-duplicated, in order); ends when the session
-    is stopped, on :meth:`close`, or with :class:`SubscriptionLagged` for a subscriber that fell too
-    far behind. Use as ``async with``/``async for``."""
+    """An async iterator of one session's events, each once, in ``n`` order: with ``after``, first
+    the event log's events above it, then the live ones (whichever arrive while the log is read are
+    delivered once, at their place); an event missing between two live ones (stored by another
+    control plane instance, or dropped from the queue of a subscriber that fell more than
+    ``subscriber_buffer`` events behind) is read from the log. Ends when the session is stopped
+    (after what the log holds) or on :meth:`close`. Use as ``async with``/``async for``."""
 
-    def __init__(self, state: _SessionState, limit: int, after: int | None) -> None:
+    def __init__(self, state: _SessionState, limit: int, after: int | None, read: EventReader) -> None:
         self.session_id = state.session_id
         self._state = state
         self._limit = limit
+        self._read = read
+        self._last = after
+        """The ``n`` of the last event delivered (``None``: none yet, and no replay asked for)."""
         self._queue: deque[SessionEvent] = deque()
+        self._backlog: deque[SessionEvent] = deque()
+        self._behind = after is not None
+        """The log has events for us before the live queue's."""
+        self._gap_read = False
+        """The log was read for the gap before the queue's head (and had nothing for it)."""
         self._wakeup = asyncio.Event()
         self._ended = False
-        self._lagged = False
-        if after is not None:
-            self._queue.extend(event for event in state.history if event["id"] > after)
+        self._closed = False
         if state.status == "running":
             state.subscribers.add(self)
         else:
@@ -434,38 +449,62 @@ class SessionSubscription:
         if self._ended:
             return
         if len(self._queue) >= self._limit:
-            log.warning(
-                "a subscriber of session %s fell %d events behind; ending it", self.session_id, self._limit
+            log.info(
+                "a subscriber of session %s fell %d events behind; it continues from the event log",
+                self.session_id,
+                self._limit,
             )
-            self._finish(lagged=True)
-            return
+            if self._last is None:
+                self._last = self._queue[0]["id"] - 1
+            self._queue.clear()
+            self._behind = True
         self._queue.append(event)
         self._wakeup.set()
 
-    def _finish(self, *, lagged: bool) -> None:
+    def _finish(self) -> None:
         self._ended = True
-        self._lagged = self._lagged or lagged
         self._state.subscribers.discard(self)
         self._wakeup.set()
 
     def close(self) -> None:
-        self._finish(lagged=False)
+        self._closed = True
+        self._finish()
         self._queue.clear()
+        self._backlog.clear()
+
+    def _deliver(self, event: SessionEvent) -> SessionEvent:
+        self._last = event["id"]
+        self._gap_read = False
+        return event
 
     def __aiter__(self) -> SessionSubscription:
         return self
 
     async def __anext__(self) -> SessionEvent:
-        while True:
-            if self._lagged:
-                self._queue.clear()
-                raise SubscriptionLagged(f"the subscriber of session {self.session_id} fell behind")
+        while not self._closed:
+            if self._backlog:
+                return self._deliver(self._backlog.popleft())
+            if self._behind:
+                self._behind = False  # unless this page is full (or the queue overflows meanwhile)
+                batch = await self._read(self._last or 0, None)
+                self._behind = self._behind or len(batch) >= READ_PAGE
+                self._backlog.extend(batch)
+                continue
             if self._queue:
-                return self._queue.popleft()
+                head = self._queue[0]
+                if self._last is not None and head["id"] <= self._last:  # had it from the log
+                    self._queue.popleft()
+                    continue
+                if self._last is not None and head["id"] > self._last + 1 and not self._gap_read:
+                    self._gap_read = True
+                    self._backlog.extend(await self._read(self._last, head["id"]))
+                    continue
+                return self._deliver(self._queue.popleft())
             if self._ended:
-                raise StopAsyncIteration
+                break
             self._wakeup.clear()
             await self._wakeup.wait()
+        raise StopAsyncIteration
 
     async def __aenter__(self) -> SessionSubscription:
         return self
@@ -495,6 +534,8 @@ class ControlPlane:
         self.data_dir = Path(config.data_dir).expanduser()
         self.store = store if store is not None else ControlPlaneStore.open(config.resolved_database_url)
         self.store.mark_all_vms_disconnected()
+        self.event_log = EventLog(self.store.engine)
+        """Sessions' events and transcripts (synchronous: call it from a thread in async code)."""
         self.tickets = TicketStore(
             SqlTicketBackend(self.store.engine), ttl=config.ticket_ttl, clock=config.clock
         )
@@ -516,6 +557,7 @@ class ControlPlane:
             METHOD_MCP_CALL: self._mcp_call,
         }
         self._closed = False
+        self._pruning: asyncio.Task[None] | None = None
         self.broker: Broker = broker if broker is not None else broker_from_url(config.redis_url)
         self.tunnel = TunnelRouter(self.broker, self._send_to_user)
         self._started = False
@@ -523,11 +565,32 @@ class ControlPlane:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect the broker and listen on this instance's channel (the app's lifespan does it)."""
-        if not self._started:
-            self._started = True
-            await self.broker.start()
-            await self.tunnel.start()
+        """Connect the broker, listen on this instance's channel and start the periodic pruning of
+        the event log (on the app's event loop, by its lifespan; once)."""
+        if self._started or self._closed:
+            return
+        self._started = True
+        await self.broker.start()
+        await self.tunnel.start()
+        self._pruning = asyncio.create_task(self._prune_periodically(), name="control-plane-prune")
+        self._tasks.add(self._pruning)
+
+    def prune_event_log(self) -> int:
+        """Apply the event log's retention now (synchronous); returns the events deleted."""
+        deleted = self.event_log.prune(
+            self.config.event_log_max_events, int(self.config.event_log_max_age * 1000)
+        )
+        if deleted:
+            log.info("pruned %d events from the event log", deleted)
+        return deleted
+
+    async def _prune_periodically(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.prune_event_log)
+            except Exception:
+                log.exception("pruning the event log failed")
+            await asyncio.sleep(self.config.event_log_prune_interval)
 
     async def aclose(self) -> None:
         """Close every execution-plane connection and stop running requests (the database stays
@@ -736,23 +799,26 @@ class ControlPlane:
         frame's ``data`` is ``config`` (``agent_config``, ``skill_index``, …) with the session id."""
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("a session needs a non-empty id")
-        existing = await self._load_session(session_id)
-        if existing is not None and existing.user_id != user_id:
-            raise SessionForbidden(f"session {session_id!r} belongs to another user")
+        key = session_key(user_id, session_id)
         link = self._require_link(user_id)
-        record = await asyncio.to_thread(self.store.claim_session, session_id, user_id)
-        if record.user_id != user_id:
-            raise SessionForbidden(f"session {session_id!r} belongs to another user")
-        if record.status != "running":
-            await asyncio.to_thread(self.store.set_session_status, session_id, user_id, "running")
-        state = self._sessions.get(session_id)
-        if state is None:
-            state = self._new_state(session_id, user_id, "running")
-        state.status = "running"
+        record = await self._claim(user_id, key)
         data = await asyncio.to_thread(self.session_config, user_id, config)
         frame = start_session_frame({**data, "session_id": session_id})
         await self._send_or_unavailable(link, dict(frame))
-        return SessionRecord(session_id, user_id, "running", record.created_at, record.updated_at)
+        return SessionRecord(key, user_id, "running", record.created_at, record.updated_at)
+
+    async def _claim(self, user_id: str, key: str) -> SessionRecord:
+        """The session ``key`` of ``user_id``, recorded (and running) from now on."""
+        record = await asyncio.to_thread(self.store.claim_session, key, user_id)
+        if record.user_id != user_id:  # cannot happen: the key names the user
+            raise SessionForbidden(f"session {key!r} belongs to another user")
+        if record.status != "running":
+            await asyncio.to_thread(self.store.set_session_status, key, user_id, "running")
+        state = self._sessions.get(key)
+        if state is None:
+            state = self._new_state(key, user_id)
+        state.status = "running"
+        return record
 
     def session_config(self, user_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
         """``config`` completed with what the control plane stores: the resolved ``runtime_type``
@@ -773,31 +839,34 @@ class ControlPlane:
 
     async def send_user_message(self, user_id: str, session_id: str, data: Mapping[str, Any]) -> None:
         """Deliver a user message to the session's process."""
-        await self._owned_running(user_id, session_id)
+        await self._owned_running(user_id, session_key(user_id, session_id))
         link = self._require_link(user_id)
         await self._send_or_unavailable(link, dict(user_message_frame(session_id, data)))
 
     async def cancel(self, user_id: str, session_id: str) -> None:
         """Cancel what the session is doing."""
-        await self._owned_running(user_id, session_id)
+        await self._owned_running(user_id, session_key(user_id, session_id))
         link = self._require_link(user_id)
         await self._send_or_unavailable(link, dict(cancel_frame(session_id)))
 
     async def stop_session(self, user_id: str, session_id: str) -> None:
         """Stop the session's process; its subscriptions end. Stopping a stopped session is a no-op."""
-        state = await self._owned(user_id, session_id)
+        key = session_key(user_id, session_id)
+        state = await self._owned(user_id, key)
         if state.status != "running":
             return
         link = self._require_link(user_id)
         await self._send_or_unavailable(link, dict(stop_session_frame(session_id)))
         state.status = "stopped"
-        await asyncio.to_thread(self.store.set_session_status, session_id, user_id, "stopped")
+        await asyncio.to_thread(self.store.set_session_status, key, user_id, "stopped")
         state.end_subscriptions()
-        self._sessions.pop(session_id, None)
+        self._sessions.pop(key, None)
 
     def subscribe(self, user_id: str, session_id: str, *, after: int | None = None) -> SessionSubscription:
-        """The session's SSE events from now on (with ``after=N``, first the kept events whose id
-        is above ``N``). Refused at once for a session that is unknown or another user's."""
+        """The session's SSE events from now on (with ``after=N``, first the event log's events
+        whose ``n`` is above ``N``; :class:`SessionSubscription`). Refused at once for a session
+        that is unknown or another user's."""
+        session_id = session_key(user_id, session_id)
         state = self._sessions.get(session_id)
         if state is None:
             record = self.store.get_session(session_id)
@@ -806,7 +875,11 @@ class ControlPlane:
             state = self._state_for(record)
         if state.user_id != user_id:
             raise SessionForbidden(f"session {session_id!r} belongs to another user")
-        return SessionSubscription(state, self.config.subscriber_buffer, after)
+
+        async def read(after_n: int, before: int | None) -> list[SessionEvent]:
+            return await asyncio.to_thread(self.event_log.read, session_id, after_n, before)
+
+        return SessionSubscription(state, self.config.subscriber_buffer, after, read)
 
     async def disconnect_exec_plane(
         self, user_id: str, reason: str = "disconnected by the control plane"
@@ -834,15 +907,15 @@ class ControlPlane:
                 f"the execution plane of user {link.user_id!r} disconnected while sending {frame.get('type')}"
             ) from None
 
-    def _new_state(self, session_id: str, user_id: str, status: str) -> _SessionState:
-        state = _SessionState(session_id, user_id, status, self.config.event_history)
+    def _new_state(self, session_id: str, user_id: str) -> _SessionState:
+        state = _SessionState(session_id, user_id, "running")
         self._sessions[session_id] = state
         return state
 
     def _state_for(self, record: SessionRecord) -> _SessionState:
         state = self._sessions.get(record.id)
         if state is None:
-            state = _SessionState(record.id, record.user_id, record.status, self.config.event_history)
+            state = _SessionState(record.id, record.user_id, record.status)
             if record.status == "running":
                 self._sessions[record.id] = state
         return state
@@ -1128,7 +1201,7 @@ class ControlPlane:
         handler = self._methods.get(context.method)
         if handler is None:
             raise RequestFailed(ERR_UNKNOWN_METHOD, f"unknown method {context.method!r}")
-        state = await self._load_session(context.session_id)
+        state = await self._load_session(session_key(context.user_id, context.session_id))
         if state is not None and state.user_id != context.user_id:
             raise RequestFailed(ERR_FORBIDDEN, f"session {context.session_id!r} belongs to another user")
         return await handler(context)
@@ -1211,7 +1284,7 @@ class ControlPlane:
 
     async def _store_record(self, link: _VmLink, frame: FireAndForgetFrame) -> None:
         user_id, session_id, method = link.user_id, frame["session_id"], frame["method"]
-        state = await self._load_session(session_id)
+        state = await self._load_session(session_key(user_id, session_id))
         if state is not None and state.user_id != user_id:
             log.warning("dropping %s of %s for session %s of another user", method, link.vm_id, session_id)
             return
@@ -1229,6 +1302,14 @@ class ControlPlane:
         elif method == FF_SNAPSHOT_SYNC:
             await asyncio.to_thread(self.store.upsert_snapshot, user_id, session_id, params, ts)
             return
+        elif method == FF_TRANSCRIPT_SYNC:
+            try:
+                stored = await asyncio.to_thread(
+                    self.event_log.put_transcript, user_id, record_id, params, ts
+                )
+            except InvalidTranscript as exc:
+                log.warning("dropping a transcript_sync record of %s: %s", link.vm_id, exc)
+                return
         else:
             log.info("ignoring fire-and-forget method %r from %s", method, link.vm_id)
             return
@@ -1237,8 +1318,12 @@ class ControlPlane:
             log.debug("%s record %s arrived again; stored once", method, record_id)
 
     async def _on_sse_event(self, link: _VmLink, frame: SseEventFrame) -> None:
-        session_id = frame["session_id"]
+        # a session the execution plane started itself (through its API) is recorded by its first event
+        session_id = session_key(link.user_id, frame["session_id"])
         state = await self._load_session(session_id)
+        if state is None:
+            await self._claim(link.user_id, session_id)
+            state = await self._load_session(session_id)
         if state is None or state.user_id != link.user_id:
             log.warning(
                 "dropping an SSE event of %s for unknown or foreign session %s", link.vm_id, session_id
@@ -1249,22 +1334,36 @@ class ControlPlane:
             return
         seq = frame.get("seq")
         stream = frame.get("stream")
-        if seq is not None:
-            key = stream or ""
-            last = state.last_seq.get(key, 0)
-            if seq <= last:
+        key = stream or ""
+        if seq is not None and seq <= state.last_seq.get(key, 0):  # a replay this process has seen
+            self.duplicate_events += 1
+            return
+        async with state.append_lock:
+            try:
+                appended = await asyncio.to_thread(
+                    self.event_log.append, link.user_id, session_id, stream, seq, frame.get("data")
+                )
+            except LogUnavailable as exc:
+                # not stored: the execution plane must not take a later heartbeat's acknowledgement
+                # for it. Closing the link makes it reconnect and send the event again.
+                log.error("could not store an event of session %s (%s); closing the link", session_id, exc)
+                await self._close_link(link, CLOSE_INTERNAL_ERROR, "could not store an event")
+                raise _LinkClosed from None
+            if appended is None:
                 self.duplicate_events += 1
                 return
-            if seq > last + 1:
-                log.warning(
-                    "session %s stream %s skipped events %d-%d (the execution plane's buffer dropped them)",
-                    session_id,
-                    key,
-                    last + 1,
-                    seq - 1,
-                )
-            state.last_seq[key] = seq
-        state.publish(frame.get("data"), stream, seq)
+            if seq is not None:
+                last = appended.previous_seq or 0
+                if seq > last + 1:
+                    log.warning(
+                        "session %s stream %s skipped events %d-%d (the execution plane dropped them)",
+                        session_id,
+                        key,
+                        last + 1,
+                        seq - 1,
+                    )
+                state.last_seq[key] = seq
+            state.publish(appended.event)
 
 
 # -- the app -------------------------------------------------------------------------------------

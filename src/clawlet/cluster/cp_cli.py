@@ -36,7 +36,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from clawlet.cluster.broker import ENV_REDIS_URL, check_redis_url
 from clawlet.config import Settings
@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` s
 DEFAULT_PORT: Final = 8100
 ENV_JWT_SECRET: Final = "CLAWLET_CP_JWT_SECRET"  # noqa: S105 (a variable name)
 ENV_DATABASE_URL: Final = "CLAWLET_CP_DATABASE_URL"
+ENV_EVENT_LOG_MAX_EVENTS: Final = "CLAWLET_CP_EVENT_LOG_MAX_EVENTS"
+ENV_EVENT_LOG_MAX_AGE_DAYS: Final = "CLAWLET_CP_EVENT_LOG_MAX_AGE_DAYS"
 SECRET_FILE: Final = "jwt_secret"  # noqa: S105 (a file name)
 SERVER_FILE: Final = "server.json"
 
@@ -89,13 +91,36 @@ def build_config(data_dir: Path, public_url: str | None = None) -> ControlPlaneC
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     url = public_url or recorded_public_url(data_dir) or f"http://127.0.0.1:{DEFAULT_PORT}"
+    retention: dict[str, Any] = {}
+    max_events = positive_env(ENV_EVENT_LOG_MAX_EVENTS)
+    if max_events is not None:
+        retention["event_log_max_events"] = max(1, int(max_events))
+    max_age_days = positive_env(ENV_EVENT_LOG_MAX_AGE_DAYS)
+    if max_age_days is not None:
+        retention["event_log_max_age"] = max_age_days * 24 * 3600
     return ControlPlaneConfig(
         data_dir=data_dir,
         jwt_secret=jwt_secret(data_dir),
         database_url=ENVIRON_WITH_SECRETS.get(ENV_DATABASE_URL, "").strip() or None,
         redis_url=ENVIRON_WITH_SECRETS.get(ENV_REDIS_URL, "").strip() or None,
         public_url=url,
+        **retention,
     )
+
+
+def positive_env(name: str) -> float | None:
+    """The positive number in the environment variable ``name`` (``None`` when unset or blank);
+    ``SystemExit`` saying so for anything else."""
+    raw = ENVIRON_WITH_SECRETS.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise SystemExit(f"error: {name} must be a positive number (got {raw!r})")
+    return value
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -25,6 +25,8 @@ Tables (times are epoch milliseconds unless said otherwise):
 * ``skill_packages`` — ``(skill_id, version, user_id)`` → files (JSON ``[{path, content,
   encoding}]``); ``user_id`` NULL is a global package. Uniqueness is two partial unique indexes
   (NULLs are distinct in a plain unique key).
+* ``session_events``, ``session_event_counters``, ``session_transcripts`` — the durable event log
+  of sessions and their latest transcripts (defined and used by :mod:`clawlet.cluster.event_log`).
 * ``tickets`` — connect tickets by SHA-256 digest (:class:`SqlTicketBackend`, times in epoch
   seconds as :mod:`clawlet.cluster.auth` uses them); the claim is one conditional ``UPDATE``.
 
@@ -35,10 +37,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Final, Literal
 
 import sqlalchemy as sa
@@ -221,7 +224,7 @@ def parse_ts(value: Any, default: int) -> int:
     return default
 
 
-def _insert_ignoring_duplicates(
+def insert_ignoring_duplicates(
     connection: Connection, table: sa.Table, values: Mapping[str, Any], keys: Sequence[str]
 ) -> bool:
     """``INSERT … ON CONFLICT DO NOTHING``; ``True`` if a row was added."""
@@ -246,6 +249,33 @@ def _added(connection: Connection, statement: Any, table: sa.Table) -> bool:
     is not reliable for ``ON CONFLICT`` statements on every driver)."""
     key = next(iter(table.primary_key.columns))
     return connection.execute(statement.returning(key)).first() is not None
+
+
+def upsert_where(
+    connection: Connection,
+    table: sa.Table,
+    values: Mapping[str, Any],
+    keys: Sequence[str],
+    condition: Callable[[Any], sa.ColumnElement[bool]],
+) -> bool:
+    """Insert ``values``, or replace the row with the same ``keys`` when ``condition(new)`` holds
+    (``new.<column>``: the value offered, against the table's columns); ``True`` if it wrote."""
+    dialect = connection.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        module: Any = postgresql if dialect == "postgresql" else sqlite
+        statement = module.insert(table).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=list(keys),
+            set_={name: statement.excluded[name] for name in values if name not in keys},
+            where=condition(statement.excluded),
+        )
+        return _added(connection, statement, table)
+    offered = SimpleNamespace(**{name: sa.literal(value) for name, value in values.items()})
+    key = sa.and_(*(table.c[name] == values[name] for name in keys))
+    changed = connection.execute(sa.update(table).where(key, condition(offered)).values(**values)).rowcount
+    if changed:
+        return True
+    return insert_ignoring_duplicates(connection, table, values, keys)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -394,7 +424,7 @@ class ControlPlaneStore:
             "created_at": now_ms(),
         }
         with self.engine.begin() as db:
-            if not _insert_ignoring_duplicates(db, users, values, ["id"]):
+            if not insert_ignoring_duplicates(db, users, values, ["id"]):
                 raise UserExists(f"user {user_id!r} exists already")
         user = self.get_user(user_id)
         assert user is not None
@@ -499,13 +529,13 @@ class ControlPlaneStore:
     def register_vm(self, vm_id: str, user_id: str) -> None:
         values = {"id": vm_id, "user_id": user_id, "connected": 0, "created_at": now_ms()}
         with self.engine.begin() as db:
-            _insert_ignoring_duplicates(db, vms, values, ["id"])
+            insert_ignoring_duplicates(db, vms, values, ["id"])
 
     def set_vm_connected(self, vm_id: str, user_id: str, connected: bool) -> None:
         """Record a connect or a disconnect (the row is created when the VM is new)."""
         now = now_ms()
         with self.engine.begin() as db:
-            _insert_ignoring_duplicates(
+            insert_ignoring_duplicates(
                 db, vms, {"id": vm_id, "user_id": user_id, "connected": 0, "created_at": now}, ["id"]
             )
             db.execute(
@@ -546,7 +576,7 @@ class ControlPlaneStore:
             "updated_at": now,
         }
         with self.engine.begin() as db:
-            _insert_ignoring_duplicates(db, sessions, values, ["id"])
+            insert_ignoring_duplicates(db, sessions, values, ["id"])
             row = db.execute(sa.select(sessions).where(sessions.c.id == session_id)).one()
         return _session(row)
 
@@ -590,7 +620,7 @@ class ControlPlaneStore:
             "received_at": received,
         }
         with self.engine.begin() as db:
-            return _insert_ignoring_duplicates(db, usage, values, ["user_id", "id"])
+            return insert_ignoring_duplicates(db, usage, values, ["user_id", "id"])
 
     def add_audit(
         self, user_id: str, record_id: str, session_id: str, params: Mapping[str, Any], ts: Any
@@ -608,7 +638,7 @@ class ControlPlaneStore:
             "received_at": received,
         }
         with self.engine.begin() as db:
-            return _insert_ignoring_duplicates(db, audit, values, ["user_id", "id"])
+            return insert_ignoring_duplicates(db, audit, values, ["user_id", "id"])
 
     def add_evolution(
         self, user_id: str, record_id: str, session_id: str, params: Mapping[str, Any], ts: Any
@@ -623,7 +653,7 @@ class ControlPlaneStore:
             "received_at": received,
         }
         with self.engine.begin() as db:
-            return _insert_ignoring_duplicates(db, evolution_submissions, values, ["user_id", "id"])
+            return insert_ignoring_duplicates(db, evolution_submissions, values, ["user_id", "id"])
 
     def upsert_snapshot(self, user_id: str, session_id: str, data: Mapping[str, Any], ts: Any) -> bool:
         """Store the session's snapshot unless a newer one is stored; ``True`` if it was stored."""
@@ -636,27 +666,9 @@ class ControlPlaneStore:
             "updated_at": now,
         }
         with self.engine.begin() as db:
-            dialect = db.dialect.name
-            if dialect in ("postgresql", "sqlite"):
-                module: Any = postgresql if dialect == "postgresql" else sqlite
-                statement = module.insert(snapshots).values(**values)
-                statement = statement.on_conflict_do_update(
-                    index_elements=["user_id", "session_id"],
-                    set_={
-                        "data": statement.excluded.data,
-                        "ts": statement.excluded.ts,
-                        "updated_at": statement.excluded.updated_at,
-                    },
-                    where=statement.excluded.ts >= snapshots.c.ts,
-                )
-                return _added(db, statement, snapshots)
-            key = (snapshots.c.user_id == user_id) & (snapshots.c.session_id == session_id)
-            changed = db.execute(
-                sa.update(snapshots).where(key, snapshots.c.ts <= values["ts"]).values(**values)
-            ).rowcount
-            if changed:
-                return True
-            return _insert_ignoring_duplicates(db, snapshots, values, ["user_id", "session_id"])
+            return upsert_where(
+                db, snapshots, values, ["user_id", "session_id"], lambda new: new.ts >= snapshots.c.ts
+            )
 
     def get_snapshot(self, user_id: str, session_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as db:

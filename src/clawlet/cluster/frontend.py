@@ -23,12 +23,9 @@
   ``tool_call_start``, …, each with the ``seq`` the execution plane gave it): the one place where
   clawlet's events get the seed's names (:func:`clawlet.cluster.events.to_seed_event`; events
   without one are left out), as SSE until the session stops; 404 for a session the user never
-  started. The SSE
-  ``id`` is ``<process>-<n>``: ``n`` counts the session's events in this control plane process
-  (``after=n`` resumes after it) and ``<process>`` names the process, so a ``Last-Event-ID`` given
-  out before a restart of the control plane resumes from the first event the new process has
-  (those include the execution plane's replays; a client drops what it has by ``seq``) instead of
-  skipping that many of the new process's events;
+  started. The events come from the control plane's durable event log
+  (:mod:`clawlet.cluster.event_log`); the SSE ``id`` is the event's ``n`` in that log, so
+  ``after=n`` or ``Last-Event-ID: n`` resumes after it, across restarts of the control plane;
 * the UI (workbench at ``/``, inbox at ``/inbox``) — public static files, as in local mode.
 
 The OpenClaw gateway WebSocket (``/gateway``) of local mode is not served in cluster mode.
@@ -43,7 +40,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 from urllib.parse import urlsplit
@@ -91,7 +87,7 @@ class ClusterFrontend:
     def __init__(self, control_app: FastAPI, plane: ControlPlane, policy: OriginPolicy) -> None:
         self.control_app = control_app
         self.plane = plane
-        self.proxy = TunnelProxy(plane.tunnel)
+        self.proxy = TunnelProxy(plane.tunnel, plane.event_log)
         self.cluster_api = cluster_api(plane)
         self.checked = OriginGuard(self.route, policy)
 
@@ -118,7 +114,6 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
     """``/api/cluster/*`` for the authenticated user (``request.state.user_id``)."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app)
-    epoch = secrets.token_hex(4)  # names this process in the events' SSE ids
 
     @app.get("/api/cluster/me")
     async def me(request: Request) -> dict[str, Any]:
@@ -135,7 +130,7 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
     ) -> StreamingResponse:
         user_id: str = request.state.user_id
         if last_event_id:
-            after = resume_after(last_event_id, epoch, after)
+            after = resume_after(last_event_id, after)
         remote_id = session_id
         try:
             subscription = plane.subscribe(user_id, remote_id, after=after)
@@ -157,8 +152,7 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
                     if seed is None:  # no seed name (RunStarted, Usage, NewSegment, …)
                         continue
                     data = {"seq": event["seq"], **seed}
-                    event_id = f"{epoch}-{event['id']}"
-                    yield f"id: {event_id}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+                    yield f"id: {event['id']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
@@ -166,16 +160,11 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
     return app
 
 
-def resume_after(last_event_id: str, epoch: str, default: int | None) -> int | None:
-    """Where a stream resumes for ``Last-Event-ID``: ``<epoch>-<n>`` of this process → after ``n``;
-    an id of another control plane process (before a restart) → from the first kept event (0); a
-    bare ``n`` → after ``n``; anything else → ``default`` (the ``after`` parameter)."""
-    given_epoch, dash, number = last_event_id.strip().rpartition("-")
-    if not number.isdigit():
-        return default
-    if not dash:
-        return int(number)
-    return int(number) if given_epoch == epoch else 0
+def resume_after(last_event_id: str, default: int | None) -> int | None:
+    """Where a stream resumes for ``Last-Event-ID``: ``n`` (up to 19 digits: a BIGINT) → after
+    ``n``; anything else → ``default`` (the ``after`` parameter)."""
+    number = last_event_id.strip()
+    return int(number) if number.isascii() and number.isdigit() and len(number) <= 19 else default
 
 
 def create_cluster_app(config: ControlPlaneConfig, settings: Settings | None = None) -> ClusterFrontend:

@@ -174,8 +174,13 @@ FF_EVOLUTION_SUBMIT: Final = "evolution_submit"
 """The skill data an agent proposes."""
 FF_SNAPSHOT_SYNC: Final = "snapshot_sync"
 """A session snapshot (seed §5); skipped while offline (the next one replaces it)."""
+FF_TRANSCRIPT_SYNC: Final = "transcript_sync"
+"""``{session_id, workspace, title, messages}``: a session's transcript after a turn (the control
+plane keeps the latest, to answer from while the execution plane is offline)."""
+MAX_SEQ: Final = 2**63 - 1
+"""The largest ``seq`` of an ``sse_event`` (the control plane's event log keeps it as a BIGINT)."""
 FIRE_AND_FORGET_METHODS: Final[frozenset[str]] = frozenset(
-    {FF_USAGE_REPORT, FF_AUDIT_LOG, FF_EVOLUTION_SUBMIT, FF_SNAPSHOT_SYNC}
+    {FF_USAGE_REPORT, FF_AUDIT_LOG, FF_EVOLUTION_SUBMIT, FF_SNAPSHOT_SYNC, FF_TRANSCRIPT_SYNC}
 )
 
 # -- timing and limits ---------------------------------------------------------------------------
@@ -745,8 +750,8 @@ def _parse_sse_event(obj: Mapping[str, Any]) -> SseEventFrame:
     }
     seq = obj.get("seq")
     if seq is not None:
-        if not _int(seq) or seq < 1:
-            raise FrameError(f"sse_event frame: 'seq' must be a positive integer (got {seq!r})")
+        if not _int(seq) or not 1 <= seq <= MAX_SEQ:
+            raise FrameError(f"sse_event frame: 'seq' must be a positive 64-bit integer (got {seq!r})")
         frame["seq"] = seq
     if obj.get("stream") is not None:
         frame["stream"] = _text(obj, "stream", SSE_EVENT)

@@ -1,0 +1,316 @@
+"""The control plane's durable event log of sessions and its copy of their transcripts.
+
+Tables (in the control plane's database, :mod:`clawlet.cluster.cp_db`; times are epoch ms):
+
+* ``session_events`` — every ``sse_event`` an execution plane sent, once: ``(session_id, n)`` is
+  the key, where ``n`` = 1, 2, 3, … numbers a session's events in the order this control plane
+  cluster stored them (what subscribers resume ``after``); ``(session_id, stream, seq)`` is unique,
+  so an event the execution plane sends again is stored once. ``data`` is the event's JSON text.
+* ``session_event_counters`` — each session's last ``n``. :meth:`EventLog.append` increments it in
+  the transaction that stores the event: the row lock makes appends to one session, from any
+  number of control plane instances sharing a PostgreSQL, take turns, so ``n`` has no gaps and no
+  repeats (SQLite has one writer at a time anyway). The counter outlives the session's events
+  (:meth:`EventLog.prune`), so ``n`` never starts again at 1.
+* ``session_transcripts`` — the latest transcript of each ``(user_id, workspace, session_id)`` as
+  the execution plane's ``transcript_sync`` records bring it after every turn, for answering
+  while that execution plane is offline.
+
+An event whose ``seq`` is not above the highest stored for its ``(session, stream)`` is a replay
+and is dropped (the rule the control plane always had, now across restarts and instances).
+:class:`EventLog` is synchronous (call it from a thread in async code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypedDict
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from clawlet.cluster.cp_db import insert_ignoring_duplicates, metadata, now_ms, parse_ts, upsert_where
+
+READ_PAGE: Final = 500
+"""Events :meth:`EventLog.read` returns at most by default."""
+MAX_N: Final = 2**63 - 1
+"""The largest ``n`` a BIGINT holds (a client's larger ``after`` means the same)."""
+
+session_event_counters = sa.Table(
+    "session_event_counters",
+    metadata,
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("last_n", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+session_events = sa.Table(
+    "session_events",
+    metadata,
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("n", sa.BigInteger, primary_key=True),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("stream", sa.Text, nullable=False, server_default=""),
+    sa.Column("seq", sa.BigInteger, nullable=True),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("session_id", "stream", "seq", name="uq_session_events_stream_seq"),
+)
+
+session_transcripts = sa.Table(
+    "session_transcripts",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("workspace", sa.Text, primary_key=True),
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("record_id", sa.Text, nullable=False),
+    sa.Column("title", sa.Text, nullable=False, server_default=""),
+    sa.Column("message_count", sa.Integer, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("ts", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+
+class SessionEvent(TypedDict):
+    """One SSE event of a session as subscribers get it."""
+
+    id: int
+    """The event's ``n``: 1, 2, 3, … per session (what ``after=`` refers to)."""
+    session_id: str
+    data: Any
+    stream: str | None
+    seq: int | None
+
+
+@dataclass(frozen=True)
+class Appended:
+    """An event :meth:`EventLog.append` stored."""
+
+    event: SessionEvent
+    previous_seq: int | None
+    """The highest ``seq`` stored before it for its ``(session, stream)`` (``None``: none)."""
+
+
+class InvalidTranscript(ValueError):
+    """A ``transcript_sync`` record without a session id, title or message list."""
+
+
+class LogUnavailable(Exception):
+    """The database could not take the event now (unreachable, or busy past its timeout): a
+    passing trouble, unlike an event it can never store."""
+
+
+class _Duplicate(Exception):
+    """Rolls back an append whose event is stored already."""
+
+
+class EventLog:
+    """Appends, replays and prunes the event log; stores and reads transcripts."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._append_lock: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
+        )
+        """SQLite: this process's appends take turns here rather than in SQLite's busy handler,
+        which let one of many concurrent writers starve past its timeout on a loaded machine."""
+
+    # events
+
+    def append(
+        self, user_id: str, session_id: str, stream: str | None, seq: int | None, data: Any
+    ) -> Appended | None:
+        """Store one event with the session's next ``n``; ``None`` when its ``(stream, seq)`` is
+        stored already or ``seq`` is not above the highest stored for the stream (a replay).
+        :class:`LogUnavailable` when the database cannot be written now."""
+        now = now_ms()
+        key = stream or ""
+        counter = session_event_counters
+        try:
+            with self._append_lock, self.engine.begin() as db:
+                # a write first: it takes the counter row's lock (SQLite: the database's) before reading
+                insert_ignoring_duplicates(
+                    db,
+                    counter,
+                    {"session_id": session_id, "user_id": user_id, "last_n": 0, "updated_at": now},
+                    ["session_id"],
+                )
+                n = db.execute(
+                    sa.update(counter)
+                    .where(counter.c.session_id == session_id)
+                    .values(last_n=counter.c.last_n + 1, updated_at=now)
+                    .returning(counter.c.last_n)
+                ).scalar_one()
+                previous: int | None = None
+                if seq is not None:
+                    previous = db.execute(
+                        sa.select(sa.func.max(session_events.c.seq)).where(
+                            session_events.c.session_id == session_id, session_events.c.stream == key
+                        )
+                    ).scalar()
+                    if previous is not None and seq <= previous:
+                        raise _Duplicate
+                values = {
+                    "session_id": session_id,
+                    "n": n,
+                    "user_id": user_id,
+                    "stream": key,
+                    "seq": seq,
+                    "data": json.dumps(data, ensure_ascii=False, default=str),
+                    "created_at": now,
+                }
+                if not insert_ignoring_duplicates(
+                    db, session_events, values, ["session_id", "stream", "seq"]
+                ):
+                    raise _Duplicate
+        except _Duplicate:
+            return None
+        except sa.exc.OperationalError as exc:
+            raise LogUnavailable(str(exc.orig)) from exc
+        event: SessionEvent = {
+            "id": int(n),
+            "session_id": session_id,
+            "data": data,
+            "stream": stream,
+            "seq": seq,
+        }
+        return Appended(event, None if previous is None else int(previous))
+
+    def read(
+        self, session_id: str, after: int, before: int | None = None, limit: int = READ_PAGE
+    ) -> list[SessionEvent]:
+        """The session's events with ``after < n`` (and ``n < before``), oldest first, at most ``limit``."""
+        query = sa.select(session_events).where(
+            session_events.c.session_id == session_id, session_events.c.n > min(after, MAX_N)
+        )
+        if before is not None:
+            query = query.where(session_events.c.n < min(before, MAX_N))
+        with self.engine.connect() as db:
+            rows = db.execute(query.order_by(session_events.c.n).limit(limit)).all()
+        return [
+            {
+                "id": int(row.n),
+                "session_id": row.session_id,
+                "data": json.loads(row.data),
+                "stream": row.stream or None,
+                "seq": None if row.seq is None else int(row.seq),
+            }
+            for row in rows
+        ]
+
+    def count(self, session_id: str) -> int:
+        """How many events of the session are kept."""
+        with self.engine.connect() as db:
+            return int(
+                db.execute(
+                    sa.select(sa.func.count()).where(session_events.c.session_id == session_id)
+                ).scalar_one()
+            )
+
+    def prune(self, max_events: int, max_age_ms: int, now: int | None = None) -> int:
+        """Keep the newest ``max_events`` events of each session, and none of a session whose
+        newest event is older than ``max_age_ms``; returns how many events were deleted."""
+        cutoff = (now_ms() if now is None else now) - max_age_ms
+        counter = session_event_counters
+        deleted = 0
+        with self.engine.begin() as db:
+            stale = sa.select(counter.c.session_id).where(counter.c.updated_at < cutoff)
+            deleted += db.execute(
+                sa.delete(session_events).where(session_events.c.session_id.in_(stale))
+            ).rowcount
+        with self.engine.connect() as db:
+            long = db.execute(
+                sa.select(counter.c.session_id, counter.c.last_n).where(
+                    counter.c.last_n > max_events, counter.c.updated_at >= cutoff
+                )
+            ).all()
+        for session_id, last_n in long:  # one short transaction per session
+            with self.engine.begin() as db:
+                deleted += db.execute(
+                    sa.delete(session_events).where(
+                        session_events.c.session_id == session_id,
+                        session_events.c.n <= int(last_n) - max_events,
+                    )
+                ).rowcount
+        return deleted
+
+    # transcripts
+
+    def put_transcript(self, user_id: str, record_id: str, record: Mapping[str, Any], ts: Any) -> bool:
+        """Store a ``transcript_sync`` record (``{session_id, workspace, title, messages}``) as the
+        session's latest transcript unless that record or a newer one is stored already; ``True``
+        if it was stored. :class:`InvalidTranscript` for a record of the wrong shape."""
+        session_id = record.get("session_id")
+        workspace = record.get("workspace", "")
+        title = record.get("title", "")
+        messages = record.get("messages")
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidTranscript("a transcript needs a non-empty string session_id")
+        if not isinstance(workspace, str) or not isinstance(title, str):
+            raise InvalidTranscript("a transcript's workspace and title are strings")
+        if not isinstance(messages, list):
+            raise InvalidTranscript("a transcript's messages are a list")
+        now = now_ms()
+        values = {
+            "user_id": user_id,
+            "workspace": workspace,
+            "session_id": session_id,
+            "record_id": record_id,
+            "title": title,
+            "message_count": len(messages),
+            "data": json.dumps(dict(record), ensure_ascii=False, default=str),
+            "ts": parse_ts(ts, now),
+            "updated_at": now,
+        }
+        table = session_transcripts
+        with self.engine.begin() as db:
+            return upsert_where(
+                db,
+                table,
+                values,
+                ["user_id", "workspace", "session_id"],
+                lambda new: (new.ts >= table.c.ts) & (new.record_id != table.c.record_id),
+            )
+
+    def list_transcripts(self, user_id: str, workspace: str) -> list[dict[str, Any]]:
+        """``[{session_id, title, updated_at, message_count}]`` of the user's sessions in
+        ``workspace``, most recently updated first (``updated_at`` in epoch seconds, as the
+        local-mode session list has it)."""
+        table = session_transcripts
+        with self.engine.connect() as db:
+            rows = db.execute(
+                sa.select(table.c.session_id, table.c.title, table.c.updated_at, table.c.message_count)
+                .where(table.c.user_id == user_id, table.c.workspace == workspace)
+                .order_by(table.c.updated_at.desc(), table.c.session_id)
+            ).all()
+        return [
+            {
+                "session_id": row.session_id,
+                "title": row.title,
+                "updated_at": int(row.updated_at) / 1000,
+                "message_count": int(row.message_count),
+            }
+            for row in rows
+        ]
+
+    def get_transcript(self, user_id: str, workspace: str, session_id: str) -> dict[str, Any] | None:
+        """The latest transcript record of the user's session (as the execution plane sent it,
+        plus ``updated_at`` in epoch seconds), or ``None``."""
+        table = session_transcripts
+        with self.engine.connect() as db:
+            row = db.execute(
+                sa.select(table.c.data, table.c.updated_at).where(
+                    table.c.user_id == user_id,
+                    table.c.workspace == workspace,
+                    table.c.session_id == session_id,
+                )
+            ).first()
+        if row is None:
+            return None
+        record = json.loads(row.data)
+        return {**record, "updated_at": int(row.updated_at) / 1000}
