@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from clawlet.cluster.remote_adapter import remote_session_id
 
-from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionForbidden
+from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionForbidden, session_key
 from clawlet.cluster.cp_cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
 from clawlet.cluster.cp_db import ControlPlaneStore, now_ms
 from clawlet.cluster.event_log import (
@@ -203,8 +202,8 @@ async def test_the_control_plane_prunes_the_log_periodically(tmp_path: Path) -> 
         await recv_type(ws, "init")
         await cp.plane.start_session(ALICE, "s1", {})
         await send_events(ws, "s1", "A", range(1, 6))
-        assert cp.plane.event_log.count("s1") in range(2, 6)
-        await until(lambda: cp.plane.event_log.count("s1") == 2, WAIT)
+        assert cp.plane.event_log.count(session_key(ALICE, "s1")) in range(2, 6)
+        await until(lambda: cp.plane.event_log.count(session_key(ALICE, "s1")) == 2, WAIT)
         assert ids(await collect(cp.plane.subscribe(ALICE, "s1", after=0), 2, timeout=WAIT)) == [4, 5]
     finally:
         await cp.stop()
@@ -294,7 +293,7 @@ async def test_a_long_log_is_replayed_a_page_at_a_time(cp_harness: Harness) -> N
 
     def fill() -> None:
         for seq in range(1, total + 1):
-            cp.plane.event_log.append(ALICE, "s1", "A", seq, seq)
+            cp.plane.event_log.append(ALICE, session_key(ALICE, "s1"), "A", seq, seq)
 
     await asyncio.to_thread(fill)
     sub = cp.plane.subscribe(ALICE, "s1", after=3)
@@ -445,7 +444,7 @@ def test_the_events_of_a_real_turn_land_in_the_log(
     store = faults.open_store(cluster)
     try:
         assert faults.names(faults.chat(cluster, "alice", "python: print('logged')", "s1"))[-1] == "title"
-        remote_id = remote_session_id("alice", "", "s1")
+        remote_id = session_key("alice", "s1")
         log = EventLog(store.engine)
 
         def finished() -> list[SessionEvent]:
