@@ -143,8 +143,11 @@ FF_EVOLUTION_SUBMIT: Final = "evolution_submit"
 """The skill data an agent proposes."""
 FF_SNAPSHOT_SYNC: Final = "snapshot_sync"
 """A session snapshot (seed §5); skipped while offline (the next one replaces it)."""
+FF_TRANSCRIPT_SYNC: Final = "transcript_sync"
+"""``{session_id, workspace, title, messages}``: a session's transcript after each turn (the
+execution plane keeps it; the control plane's read-only copy while the machine is offline)."""
 FIRE_AND_FORGET_METHODS: Final[frozenset[str]] = frozenset(
-    {FF_USAGE_REPORT, FF_AUDIT_LOG, FF_EVOLUTION_SUBMIT, FF_SNAPSHOT_SYNC}
+    {FF_USAGE_REPORT, FF_AUDIT_LOG, FF_EVOLUTION_SUBMIT, FF_SNAPSHOT_SYNC, FF_TRANSCRIPT_SYNC}
 )
 
 # -- timing and limits ---------------------------------------------------------------------------
