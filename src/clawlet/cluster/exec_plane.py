@@ -876,7 +876,11 @@ class ExecPlane:
         if runtime_type == DEFAULT_RUNTIME_TYPE:  # what a turn asks for unless told otherwise
             requested = str(self.init_defaults().get("runtime_type") or runtime_type)
         runtime = await self._make_runtime(workspace, engine, session_id, requested, {})
-        await runtime.adapter.start(session_id, RunConfig(runtime_type=runtime.runtime_type))
+        try:
+            await runtime.adapter.start(session_id, RunConfig(runtime_type=runtime.runtime_type))
+        except BaseException:
+            await runtime.adapter.stop()  # the next turn makes a new one
+            raise
         return runtime, True
 
     async def _make_runtime(
