@@ -293,3 +293,20 @@ async def test_an_ask_tool_waits_is_approved_over_api_app_and_runs_once(
     assert (await history(api, "s1"))["waiting"] is False
     tool_results = [m for body in agent_requests(llm) for m in body if m.get("role") == "tool"]
     assert [text_of(m) for m in tool_results] == ["1"]
+
+
+async def test_a_named_workspaces_session_runs_there_and_goes_out_under_its_workspace(
+    plane: ScriptedControlPlane, exec_plane: ExecPlane, api: httpx.AsyncClient
+) -> None:
+    body = {"prompt": "in the team workspace", "session-id": "w1", "workspace": "team"}
+    response = await api.post("/api/agent", json=body)
+    assert response.status_code == 200, response.text
+    assert '"result": "you said: in the team workspace"' in response.text
+    await plane.wait_for(lambda: "RunFinished" in kinds_of(plane, "team:w1"), DEADLINE)
+    assert kinds_of(plane, "w1") == []  # not mixed up with a default-workspace session of that id
+    synced = await plane.wait_for(lambda: records_of(plane, "team:w1", "transcript_sync"), DEADLINE)
+    assert synced[-1]["workspace"] == "team" and synced[-1]["session_id"] == "w1"
+    assert (exec_plane.home / "workspaces" / "team" / "sessions" / "w1.json").is_file()
+    assert (exec_plane.state_dir / "workspaces" / "team" / "sessions" / "w1" / "process.log").is_file()
+    assert isinstance(exec_plane.adapter("team:w1"), ProcessSessionAdapter)
+    assert "team:w1" in exec_plane.session_pids()
