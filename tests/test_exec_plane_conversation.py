@@ -10,6 +10,7 @@ over ASGI (its lifespan runs in ``ExecPlane.start``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -120,11 +121,11 @@ async def plane() -> AsyncIterator[ScriptedControlPlane]:
         yield scripted
 
 
-@pytest.fixture
-async def exec_plane(
-    plane: ScriptedControlPlane, llm: ScriptedOpenAIServer, tmp_path: Path
+@contextlib.asynccontextmanager
+async def open_exec_plane(
+    plane: ScriptedControlPlane, state: Path, settings: Settings
 ) -> AsyncIterator[ExecPlane]:
-    state = tmp_path / "state"
+    """An exec plane started and connected as ``run_exec_plane`` does, shut down on leaving."""
     client = ControlPlaneClient(
         plane.url,
         USER,
@@ -134,12 +135,10 @@ async def exec_plane(
         heartbeat_interval=0.2,
         backoff=[0.05, 0.1, 0.2],
     )
-    settings = Settings(
-        provider="openai", llm_base_url=llm.base_url, llm_model=llm.model, openai_api_key="test-key"
-    )
     made = ExecPlane(client, state, settings, process_options=FAST)
     await made.start()
     await client.connect()
+    made.apply_init()
     try:
         yield made
     finally:
@@ -148,7 +147,24 @@ async def exec_plane(
 
 
 @pytest.fixture
+async def exec_plane(
+    plane: ScriptedControlPlane, llm: ScriptedOpenAIServer, tmp_path: Path
+) -> AsyncIterator[ExecPlane]:
+    settings = Settings(
+        provider="openai", llm_base_url=llm.base_url, llm_model=llm.model, openai_api_key="test-key"
+    )
+    async with open_exec_plane(plane, tmp_path / "state", settings) as made:
+        yield made
+
+
+@pytest.fixture
 async def api(exec_plane: ExecPlane) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(exec_plane) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def api_client(exec_plane: ExecPlane) -> AsyncIterator[httpx.AsyncClient]:
     """``api_app`` in-process (no token: the control plane authenticates the user)."""
     transport = httpx.ASGITransport(app=exec_plane.api_app)
     async with httpx.AsyncClient(
@@ -310,3 +326,28 @@ async def test_a_named_workspaces_session_runs_there_and_goes_out_under_its_work
     assert (exec_plane.state_dir / "workspaces" / "team" / "sessions" / "w1" / "process.log").is_file()
     assert isinstance(exec_plane.adapter("team:w1"), ProcessSessionAdapter)
     assert "team:w1" in exec_plane.session_pids()
+
+
+async def test_inits_model_and_keys_serve_api_turns_and_the_titles_made_here(
+    plane: ScriptedControlPlane, llm: ScriptedOpenAIServer, tmp_path: Path
+) -> None:
+    """A machine whose own model is unreachable and that has no key: ``init``'s ``agent_config`` and
+    API key are what its sessions (in their processes) and its titles (in this one) use."""
+    plane.init_extra["agent_config"] = {
+        "model": "init-model",
+        "base_url": llm.base_url,
+        "system_prompt": "INIT-PROMPT",
+    }
+    machine = Settings(provider="openai", llm_base_url="http://127.0.0.1:9/v1", llm_model="machine-model")
+    async with (
+        open_exec_plane(plane, tmp_path / "state", machine) as exec_plane,
+        api_client(exec_plane) as api,
+    ):
+        response = await api.post("/api/chat", json={"message": "hello", "session_id": "c1", "stream": False})
+        assert response.status_code == 200, response.text
+        assert response.json()["content"] == "you said: hello"
+        assert response.json()["title"].startswith("you said")  # the model's, not the fallback ("hello")
+    turn, title = llm.requests
+    assert turn["model"] == title["model"] == "init-model"
+    assert "INIT-PROMPT" in text_of(turn["messages"][0])
+    assert llm.authorizations == [f"Bearer {plane.api_keys['openai']}"] * 2

@@ -860,6 +860,17 @@ class ExecPlane:
             defaults["skill_index"] = init["skills"]
         return defaults
 
+    def apply_init(self) -> None:
+        """Give ``api_app``'s workspaces ``init``'s API keys and model (``agent_config``) for what
+        runs in this process — titles and compression; turns get theirs with their runtime. Done
+        after connecting and whenever a runtime is made (``init`` may change on a reconnect)."""
+        agent_config = self.init_defaults().get("agent_config")
+        agent_config = agent_config if isinstance(agent_config, Mapping) else {}
+        for services in self.workspaces.all():
+            settings = session_settings(services.engine.settings, agent_config, self.client.api_keys)
+            services.settings = settings
+            services.sessions.settings = settings
+
     async def session_runtime(
         self, workspace: str, engine: AgentEngine, session_id: str, runtime_type: str
     ) -> tuple[_Runtime, bool]:
@@ -893,6 +904,7 @@ class ExecPlane:
     ) -> _Runtime:
         """Build (not start) a session's runtime from ``data`` over ``init``'s defaults;
         ``RuntimeError_`` saying why it cannot be made (the session is refused)."""
+        self.apply_init()
         runtime_type = runtime_name(requested)
         refusal = self._refusal(requested, runtime_type)
         if refusal is not None:
@@ -1219,6 +1231,7 @@ async def run_exec_plane(
         )
         if not await connect_with_retry(client, stop):
             return 0
+        plane.apply_init()
         closed = asyncio.create_task(client.wait_closed())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
