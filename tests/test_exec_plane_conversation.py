@@ -268,6 +268,9 @@ async def test_an_api_turns_events_reach_the_control_plane_once_each(
     assert isinstance(adapter, ProcessSessionAdapter) and adapter.alive
     synced = await plane.wait_for(lambda: records_of(plane, "api1", "transcript_sync"), DEADLINE)
     assert pairs(synced[-1]["messages"]) == [("user", "over http"), ("assistant", "you said: over http")]
+    assert await exec_plane.sync_snapshots() == 1  # its snapshot goes out like a seed session's
+    (snapshot,) = await plane.wait_for(lambda: records_of(plane, "api1", "snapshot_sync"), DEADLINE)
+    assert "you said: over http" in snapshot["short_term_memory"]["conversation"]
 
 
 async def test_an_ask_tool_waits_is_approved_over_api_app_and_runs_once(

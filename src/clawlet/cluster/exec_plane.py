@@ -49,9 +49,10 @@ The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
   ``snapshot_sync`` and forgets the session. Its files stay: a later ``start_session`` with the same
   id continues the conversation.
 * Every ``snapshot_interval`` seconds (60) each session's snapshot (short-term memory + newest
-  checkpoint) goes out as ``fire_and_forget snapshot_sync``; the round is skipped while the control
-  plane is unreachable (degraded mode: sessions keep running on local memory, checkpoints, direct LLM
-  calls, code execution and cached skills; SSE events and usage reports wait in the client).
+  checkpoint; an API request's session's too) goes out as ``fire_and_forget snapshot_sync``; the
+  round is skipped while the control plane is unreachable (degraded mode: sessions keep running on
+  local memory, checkpoints, direct LLM calls, code execution and cached skills; SSE events and
+  usage reports wait in the client).
 
 A session that fails (its process crashes, hangs, or cannot start) reports ``RunFailed`` for the
 turn it was running and nothing else is affected; its next message starts a new process.
@@ -1059,7 +1060,7 @@ class ExecPlane:
                 await adapter.stop()
                 async with session.turn_lock:  # the cancelled turn has sent its final event
                     pass
-                await self._send_snapshot(session, reason="stop")
+                await self._send_snapshot(session.session_id, adapter, reason="stop")
         finally:
             if self._sessions.get(session.session_id) is session:
                 del self._sessions[session.session_id]
@@ -1139,30 +1140,31 @@ class ExecPlane:
                 log.exception("snapshot sync failed")
 
     async def sync_snapshots(self) -> int:
-        """One snapshot round: ``snapshot_sync`` for every session; skipped while disconnected.
-        Returns how many snapshots were sent."""
+        """One snapshot round: ``snapshot_sync`` for every session that has a runtime (started by
+        ``start_session`` or by an API request); skipped while disconnected. Returns how many
+        snapshots were sent."""
         if not self.client.connected:
             self.snapshot_rounds_skipped += 1
             log.info("[degraded] snapshot sync skipped: the control plane is unreachable")
             return 0
+        stopping = {sid for sid, session in self._sessions.items() if session.stopping}
         sent = 0
-        for session in list(self._sessions.values()):
-            if not session.stopping and await self._send_snapshot(session, reason="periodic"):
+        for sid, adapter in self._runtimes_of().items():
+            if sid not in stopping and await self._send_snapshot(sid, adapter, reason="periodic"):
                 sent += 1
         return sent
 
-    async def _send_snapshot(self, session: _Session, *, reason: str) -> bool:
-        adapter = session.adapter
+    async def _send_snapshot(self, session_id: str, adapter: RuntimeAdapter | None, *, reason: str) -> bool:
         if adapter is None or not self.client.connected:
             return False
         try:
             snapshot = await asyncio.to_thread(adapter.get_snapshot)
         except Exception:
-            log.exception("session %s: could not take a snapshot", session.session_id)
+            log.exception("session %s: could not take a snapshot", session_id)
             return False
         if not snapshot:
             return False
-        await self.client.fire_and_forget(session.session_id, FF_SNAPSHOT_SYNC, reason=reason, **snapshot)
+        await self.client.fire_and_forget(session_id, FF_SNAPSHOT_SYNC, reason=reason, **snapshot)
         self.snapshots_sent += 1
         return True
 
