@@ -81,11 +81,15 @@ from typing import Any
 import httpx
 
 from clawlet.cluster.local_cluster import LocalCluster
-from clawlet.cluster.session_process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
+from clawlet.cluster.session_process import (
+    ProcessOptions,
+    ProcessSessionAdapter,
+    SessionProcessError,
+    SessionProcessSpec,
+)
 from clawlet.cluster.session_template import SessionTemplate, template_supported
 from clawlet.config import Settings
 from clawlet.engine.context import DEFAULT_CONTEXT
-from clawlet.events import TERMINAL_EVENTS, RunFinished
 from clawlet.home import init_home
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.runtime.base import RunConfig, UserMessage
@@ -410,12 +414,11 @@ async def _start_one(
     assert adapter.pid is not None and adapter.forked == (1 if mode == TEMPLATE else 0)
     cpu = process_cpu(adapter.pid)
     began = time.perf_counter()
-    final = None
-    async for event in adapter.send_message(UserMessage(PROMPT, [], DEFAULT_CONTEXT)):
-        if isinstance(event, TERMINAL_EVENTS):
-            final = event
-    if not isinstance(final, RunFinished):
-        raise RuntimeError(f"{mode} session {index}: the first turn ended with {final!r}")
+    try:  # the stream ends when the turn finished; a failed turn raises
+        async for _event in adapter.send_message(UserMessage(PROMPT, [], DEFAULT_CONTEXT)):
+            pass
+    except SessionProcessError as exc:
+        raise RuntimeError(f"{mode} session {index}: the first turn failed: {exc}") from exc
     return adapter, StartSample(ready, cpu, time.perf_counter() - began)
 
 

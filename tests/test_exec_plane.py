@@ -119,7 +119,7 @@ async def wait_finals(
     return finals_of(plane, session_id)
 
 
-async def until(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
+async def until(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -595,8 +595,11 @@ async def test_cancel_ends_a_slow_turn_with_its_partial_text(
     streamed = "".join(data["content"] for data in events_of(plane, "s1") if data["type"] == "text_chunk")
     assert final["content"] == streamed and streamed.startswith("[demo]")
     assert "take your time" not in streamed  # it was cut short
-    conversation = (exec_plane.sessions_dir / "s1" / "memory" / "conversation.md").read_text(encoding="utf-8")
-    assert "## [assistant] " in conversation and streamed in conversation
+    # the session process saves the partial reply once the cancel reached it (the final event comes
+    # from the SessionManager, which does not wait for that)
+    memory = exec_plane.sessions_dir / "s1" / "memory" / "conversation.md"
+    conversation = await until(lambda: "## [assistant] " in (text := memory.read_text("utf-8")) and text)
+    assert streamed in conversation
     pid = exec_plane.session_pids()["s1"]  # the process survives a cancel
     assert alive(pid)
 
@@ -609,14 +612,20 @@ async def test_a_cancel_right_behind_the_message_cancels_without_killing_the_pro
     await plane.start_session("s1")
     adapter = await until(lambda: exec_plane.adapter("s1"))
     assert isinstance(adapter, ProcessSessionAdapter)
-    await until(lambda: adapter.ready)
+    await until(lambda: adapter.ready, 60)
     pid = adapter.pid
     await plane.user_message("s1", {"content": "take your time"})
     await plane.cancel("s1")
     (final,) = await wait_finals(plane, "s1", timeout=5)
     assert final["type"] == "execution_complete" and final["cancelled"] is True
-    assert adapter.turns == 1  # the turn reached the session process
-    assert adapter.pid == pid and adapter.ready  # and was ended there, not by the grace-period kill
+    # the SessionManager cancelled it before or after it reached the session process; either way
+    # the process was not killed (the grace period is 10 s) and answers the next message
+    assert adapter.turns <= 1
+    assert adapter.pid == pid and adapter.ready
+    await plane.user_message("s1", {"content": "python: 6 * 7"})
+    finals = await wait_finals(plane, "s1", 2, timeout=30)
+    assert finals[1]["type"] == "execution_complete" and "42" in finals[1]["content"], finals
+    assert adapter.pid == pid
 
 
 async def test_the_session_process_honours_a_cancel_that_arrives_before_its_turn_started(

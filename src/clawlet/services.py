@@ -7,6 +7,7 @@ The default workspace (no name, or ``shared`` as the UniAiAgent seed calls it) i
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from clawlet.files import EditableFiles
 from clawlet.home import init_home
 from clawlet.memory.stores import MEMORY_SOURCE, KnowledgeBase, MemoryIndex, build_embedder
 from clawlet.runtime.engine_adapter import EngineAdapter
-from clawlet.runtime.manager import AdapterFactory, SessionManager
+from clawlet.runtime.manager import AdapterFactory, Run, SessionManager
 from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
 
@@ -40,6 +41,10 @@ RuntimeTable = Callable[[str, AgentEngine], dict[str, AdapterFactory]]
 (the name is ``""`` for the default workspace)."""
 
 
+WorkspaceRunObserver = Callable[[str, Run], None]
+"""Called with every run any workspace's ``SessionManager`` starts: ``(workspace name, run)``."""
+
+
 def local_runtimes(_workspace: str, engine: AgentEngine) -> dict[str, AdapterFactory]:
     """Local mode: every session runs the engine in this process."""
     return {"engine": lambda: EngineAdapter(engine)}
@@ -51,6 +56,7 @@ def build_services(
     demo_token_delay: float = 0.0,
     runtimes: RuntimeTable = local_runtimes,
     workspace: str = "",
+    on_run: WorkspaceRunObserver | None = None,
 ) -> Services:
     paths = settings.paths
     runtime_config = RuntimeConfig(paths.config_file)
@@ -59,7 +65,8 @@ def build_services(
     knowledge = KnowledgeBase(paths, embedder)
     engine = AgentEngine(settings, runtime_config, memory, knowledge, demo_token_delay=demo_token_delay)
     transcripts = TranscriptStore(paths.sessions, paths.root)
-    manager = SessionManager(settings, transcripts, runtimes(workspace, engine))
+    observer = None if on_run is None else functools.partial(on_run, workspace)
+    manager = SessionManager(settings, transcripts, runtimes(workspace, engine), observer)
     files = EditableFiles(paths.root)
 
     def after_save(relative: str) -> None:
@@ -86,11 +93,17 @@ class Workspaces:
     """The default workspace's services plus lazily built ones for named workspaces."""
 
     def __init__(
-        self, default: Services, *, demo_token_delay: float = 0.0, runtimes: RuntimeTable = local_runtimes
+        self,
+        default: Services,
+        *,
+        demo_token_delay: float = 0.0,
+        runtimes: RuntimeTable = local_runtimes,
+        on_run: WorkspaceRunObserver | None = None,
     ) -> None:
         self.default = default
         self.demo_token_delay = demo_token_delay
         self.runtimes = runtimes
+        self.on_run = on_run
         self._named: dict[str, Services] = {}
         self._lock = threading.Lock()
 
@@ -109,7 +122,11 @@ class Workspaces:
                 settings = base.model_copy(update={"home": base.workspaces_root / name})
                 init_home(settings.paths)
                 services = build_services(
-                    settings, demo_token_delay=self.demo_token_delay, runtimes=self.runtimes, workspace=name
+                    settings,
+                    demo_token_delay=self.demo_token_delay,
+                    runtimes=self.runtimes,
+                    workspace=name,
+                    on_run=self.on_run,
                 )
                 # the main home's tool approval policies apply here unless this workspace overrides them
                 services.runtime_config.parent = self.default.runtime_config

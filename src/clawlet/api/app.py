@@ -29,7 +29,14 @@ from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
 from clawlet.home import init_home
 from clawlet.inbox.service import build_inbox
 from clawlet.logs import RequestLogging
-from clawlet.services import RuntimeTable, Services, Workspaces, build_services, local_runtimes
+from clawlet.services import (
+    RuntimeTable,
+    Services,
+    WorkspaceRunObserver,
+    Workspaces,
+    build_services,
+    local_runtimes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +115,17 @@ def create_app(
     list_models: ModelLister | None = None,
     runtimes: RuntimeTable = local_runtimes,
     check_origins: bool = True,
+    on_run: WorkspaceRunObserver | None = None,
 ) -> FastAPI:
     """The app of one clawlet home. ``runtimes`` says where sessions run (default: in this process;
-    cluster mode passes remote ones, see :mod:`clawlet.cluster.frontend`). ``check_origins=False``
-    when an outer app already checks Host and Origin (:mod:`clawlet.api.origin_guard`)."""
+    cluster mode's exec plane passes its own, see :mod:`clawlet.cluster.exec_plane`). ``check_origins=False``
+    when an outer app already checks Host and Origin (:mod:`clawlet.api.origin_guard`). ``on_run``
+    is told of every run any workspace starts (the exec plane forwards their events)."""
     settings = settings or Settings()
-    services: Services = build_services(settings, demo_token_delay=demo_token_delay, runtimes=runtimes)
-    workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes)
+    services: Services = build_services(
+        settings, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run
+    )
+    workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run)
     inbox = build_inbox(settings, workspaces)
     # OpenClaw clients drive clawlet's agents over WebSocket at /gateway (and --gateway-port); the
     # agents are the inbox's (openclaw.json), each running in the clawlet workspace of its name

@@ -1,7 +1,24 @@
 """``clawlet exec-plane``: the daemon on each user machine (seed 001 §1, §4, §5, §6, §10).
 
-:class:`ExecPlane` serves the sessions the control plane starts over the machine's one WebSocket
-(:class:`~clawlet.cluster.client.ControlPlaneClient`), multiplexed by ``session_id``:
+**The exec plane owns the conversation.** :class:`ExecPlane` builds the user's local-mode app over
+``<state_dir>/home`` (:attr:`ExecPlane.api_app`, an ASGI app without a socket of its own: the
+control plane forwards the user's HTTP requests to it) and runs its lifespan. Its
+``SessionManager`` (one per workspace) keeps every session's one transcript (``home/sessions/``,
+exactly as in local mode) and its paused turns, and runs every turn: an API request's and a seed
+frame's alike. Its runtimes are :class:`SessionRuntime`: ``engine`` (the default) runs in a session
+process (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`, a pure runtime fed each
+turn's history, context, pause point and decision), ``openclaw`` on the bridge (below). A session
+the control plane started with ``start_session`` runs on the runtime made from that frame's data;
+any other (one an API request starts) gets one made from ``init``'s optional ``runtime_type``,
+``agent_config`` (the model), ``skills`` (the skill index) and ``mcp_servers`` (absent: ``engine``
+on this machine's ``CLAWLET_LLM_*`` model). **Every event of every run** any ``SessionManager``
+starts goes to the control plane as an ``sse_event`` (in order, once; its ``Usage`` also as
+``usage_report``; a named workspace's session under ``<workspace>:<session id>``), and when the run
+ends a ``transcript_sync {session_id, workspace, title, messages}`` record (the stored transcript,
+as ``GET /api/sessions/{id}/history`` has it) goes out through the client's at-least-once queue.
+
+The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
+(:class:`~clawlet.cluster.client.ControlPlaneClient`), act on the default workspace:
 
 * ``start_session`` picks the runtime from ``runtime_type`` through a factory table: ``engine``
   (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
@@ -18,19 +35,24 @@
   once by ``start_session`` of the same id starts a new session after the old one has stopped.
   :class:`ExecPlane` takes over the client's ``on_start_session``, ``on_stop_session`` and
   ``on_frame`` (an ``on_frame`` set before it is still called).
-* ``user_message`` (``data.content``, or the seed's ``data.message``) runs one turn; the turn's events
-  go out as they are, each an ``sse_event`` frame holding the clawlet event's JSON encoding
-  (:mod:`clawlet.cluster.events`); its token usage also as ``usage_report``.
+* ``user_message`` (``data.content``, or the seed's ``data.message``) runs one turn through
+  ``api_app``'s ``SessionManager`` (no title is generated); the turn's events go out as they are,
+  each an ``sse_event`` frame holding the clawlet event's JSON encoding
+  (:mod:`clawlet.cluster.events`); its token usage also as ``usage_report``. ``data.approval_mode``
+  (``deny`` by default, ``ask``, ``allow``) says what the turn does with tools whose approval policy
+  is ``ask``: with ``ask`` it may end waiting (``RunWaiting``), and the decision comes as an HTTP
+  request to ``api_app`` (``POST /api/sessions/{id}/approvals/{approval_id}``).
   Turns of one session run one after another, in arrival order; sessions run side by side.
-* ``cancel`` cancels the running turn (``RunCancelled`` with the partial text)
-  and any turn still waiting behind it.
+* ``cancel`` cancels the running turn (``RunCancelled`` with the partial text), any turn still
+  waiting behind it, and what a waiting session waits for.
 * ``stop_session`` stops the session's process (a running turn is cancelled), sends a last
   ``snapshot_sync`` and forgets the session. Its files stay: a later ``start_session`` with the same
   id continues the conversation.
 * Every ``snapshot_interval`` seconds (60) each session's snapshot (short-term memory + newest
-  checkpoint) goes out as ``fire_and_forget snapshot_sync``; the round is skipped while the control
-  plane is unreachable (degraded mode: sessions keep running on local memory, checkpoints, direct LLM
-  calls, code execution and cached skills; SSE events and usage reports wait in the client).
+  checkpoint; an API request's session's too) goes out as ``fire_and_forget snapshot_sync``; the
+  round is skipped while the control plane is unreachable (degraded mode: sessions keep running on
+  local memory, checkpoints, direct LLM calls, code execution and cached skills; SSE events and
+  usage reports wait in the client).
 
 A session that fails (its process crashes, hangs, or cannot start) reports ``RunFailed`` for the
 turn it was running and nothing else is affected; its next message starts a new process.
@@ -77,8 +99,14 @@ Layout of ``state_dir`` (the seed's ``~/.semibot``)::
     home/                         the clawlet home all sessions of the user share (the seed: the VM is
                                   the user's computer): workspace/, skills/, memory/MEMORY.md, knowledge/
     home/.skills/<skill_id>/      skill packages fetched from the control plane (shared cache)
+    home/sessions/<session_id>.json
+                                  the session's transcript (api_app's, as in local mode; paused
+                                  turns under home/sessions/ too)
     sessions/<session_id>/        memory/ (conversation.md, context.json, scratchpad.md),
-                                  checkpoints/, transcript/, process.log (an engine session)
+                                  checkpoints/, process.log (an engine session)
+    workspaces/<name>/sessions/<session_id>/
+                                  the same for a session of a named workspace (whose home, with
+                                  its transcripts, is home/workspaces/<name>/)
     session-template.log          the session template's log (the pre-loaded process that forks the
                                   engine's session processes: clawlet.cluster.session_template)
     sessions/<session_id>/openclaw-memory/
@@ -102,17 +130,14 @@ import logging
 import os
 import signal
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, cast
 
 from fastapi import FastAPI
-from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
 
 from clawlet.api.app import create_app
-from clawlet.api.errors import error_body
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
 from clawlet.cluster.events import forward_event
 from clawlet.cluster.openclaw_bridge import (
@@ -124,6 +149,7 @@ from clawlet.cluster.openclaw_bridge import (
 from clawlet.cluster.protocol import (
     FF_AUDIT_LOG,
     FF_SNAPSHOT_SYNC,
+    FF_TRANSCRIPT_SYNC,
     FF_USAGE_REPORT,
     METHOD_GET_SKILL_PACKAGE,
     METHOD_MCP_CALL,
@@ -146,12 +172,17 @@ from clawlet.cluster.skill_cache import (
 )
 from clawlet.cluster.tunnel import TunnelServer
 from clawlet.config import Settings
+from clawlet.engine.agent import AgentEngine
+from clawlet.engine.approvals import Decision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.events import TERMINAL_EVENTS, RunCancelled, RunFailed, RunFinished, TextDelta
+from clawlet.events import Event, Pending, RunCancelled, RunFailed, RunFinished
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
-from clawlet.sessions.store import InvalidSessionId, validate_session_id
+from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
+from clawlet.runtime.manager import Run, SessionBusy, SessionManager, SessionWaiting
+from clawlet.services import Workspaces
+from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +199,10 @@ BRIDGE_NOTIFICATIONS: Final = frozenset({FF_USAGE_REPORT, FF_AUDIT_LOG})
 SNAPSHOT_SYNC_INTERVAL: Final = 60.0
 HOME_DIR: Final = "home"
 SESSIONS_DIR: Final = "sessions"
+WORKSPACES_DIR: Final = "workspaces"
+APPROVAL_MODES: Final = ("deny", "ask", "allow")
+"""A seed ``user_message``'s ``approval_mode`` (default ``deny``; ``ask`` lets the turn wait for
+decisions, which come through ``api_app``'s ``POST /api/sessions/{id}/approvals/{approval_id}``)."""
 TEMPLATE_LOG: Final = "session-template.log"
 SKILL_CACHE_DIR: Final = ".skills"
 """Under the shared home, so the agent's ``read_file`` and ``terminal`` reach the packages."""
@@ -195,7 +230,9 @@ class SessionSpec:
     on_request: RequestHandler
     """Answers a runtime's requests that need the control plane (``load_skill``)."""
     data: Mapping[str, Any]
-    """``start_session``'s data as received."""
+    """``start_session``'s data as received (``init``'s defaults for what it does not say)."""
+    engine: AgentEngine
+    """The workspace's engine in this process (its tools check an edited tool call)."""
 
 
 def mcp_server_names(value: Any) -> tuple[str, ...]:
@@ -213,15 +250,25 @@ AdapterFactory = Callable[[SessionSpec], RuntimeAdapter | Awaitable[RuntimeAdapt
 not installed here) refuses the session with the error's message."""
 
 
+@dataclass(frozen=True)
+class _Runtime:
+    """A session's runtime on this machine and what its turns run with."""
+
+    adapter: RuntimeAdapter
+    runtime_type: str
+    model: str
+    context: RunContext
+    """Its ``extra_system_prompt``: the agent's system prompt and the skill index."""
+
+
 @dataclass(eq=False)
 class _Session:
+    """A session the control plane started with ``start_session`` (the seed's frames)."""
+
     session_id: str
     runtime_type: str
-    adapter: RuntimeAdapter | None = None
+    runtime: _Runtime | None = None
     refusal: str | None = None
-    model: str = ""
-    context: RunContext = DEFAULT_CONTEXT
-    skill_ids: frozenset[str] = frozenset()
     handled: bool = False
     """Its ``start_session`` is being (or was) handled."""
     replaces: _Session | None = None
@@ -235,6 +282,105 @@ class _Session:
     cancel_epoch: int = 0
     turn_running: bool = False
     stopping: bool = False
+
+    @property
+    def adapter(self) -> RuntimeAdapter | None:
+        return self.runtime.adapter if self.runtime is not None else None
+
+
+class SessionRuntime(RuntimeAdapter):
+    """The adapter the exec plane's ``SessionManager`` holds for a session: it runs the session's
+    turns on the runtime :meth:`ExecPlane.session_runtime` gives it (the one a ``start_session``
+    made, else a new one with ``init``'s defaults), adds the session's system prompt to each turn,
+    and turns the runtime's own final events into the ends a ``SessionManager`` expects."""
+
+    def __init__(self, plane: ExecPlane, workspace: str, engine: AgentEngine) -> None:
+        self.plane = plane
+        self.workspace = workspace
+        self.engine = engine
+        self.session_id = ""
+        self.config = RunConfig()
+        self.runtime: _Runtime | None = None
+        self.owned = False
+        """The runtime was made for this adapter (stopped with it), not by a ``start_session``."""
+
+    async def start(self, session_id: str, config: RunConfig) -> None:
+        """Find or make the runtime; a failure is the first turn's ``RunFailed`` (not an error of
+        the request that started the turn)."""
+        self.session_id, self.config = session_id, config
+        with contextlib.suppress(Exception):
+            await self._resolve()
+
+    async def _resolve(self) -> _Runtime:
+        if self.runtime is None:
+            self.runtime, self.owned = await self.plane.session_runtime(
+                self.workspace, self.engine, self.session_id, self.config.runtime_type
+            )
+            self.supports_approvals = self.runtime.adapter.supports_approvals
+        return self.runtime
+
+    async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
+        runtime = await self._resolve()
+        prompt = "\n\n".join(
+            part for part in (runtime.context.extra_system_prompt, data.context.extra_system_prompt) if part
+        )
+        message = replace(data, context=replace(data.context, extra_system_prompt=prompt))
+        async with contextlib.aclosing(runtime.adapter.send_message(message)) as events:
+            async for event in events:
+                if isinstance(event, RunFinished):
+                    return
+                if isinstance(event, RunCancelled):
+                    raise asyncio.CancelledError("the turn was cancelled")
+                if isinstance(event, RunFailed):
+                    raise RuntimeError_(event.error)
+                yield event
+
+    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
+        if self.runtime is None:
+            return super().check_decision(pending, decision)
+        return self.runtime.adapter.check_decision(pending, decision)
+
+    async def cancel(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.adapter.cancel()
+
+    async def stop(self) -> None:
+        if self.runtime is not None and self.owned:
+            await self.runtime.adapter.stop()
+
+    def get_snapshot(self) -> dict[str, Any]:
+        return self.runtime.adapter.get_snapshot() if self.runtime is not None else {}
+
+
+def home_settings(settings: Settings, home: Path) -> Settings:
+    """``settings`` for the user's app over ``home``: everything it keeps is under the home (settings
+    that point elsewhere — a shared database, workspace base, openclaw.json or OpenClaw gateway —
+    do not apply), and it has no token of its own (the control plane authenticates the user)."""
+    return settings.model_copy(
+        update={
+            "home": home,
+            "api_token": None,
+            "api_keys": None,
+            "gateway_port": None,
+            "gateway_token": None,
+            "database_url": None,
+            "workspace_base": None,
+            "openclaw_config_path": home / "openclaw" / "openclaw.json",
+            "inbox_backend": "local",
+        }
+    )
+
+
+def runtime_name(requested: str) -> str:
+    """The runtime type ``requested`` names (the seed's aliases resolved)."""
+    name = requested.strip().lower()
+    return RUNTIME_ALIASES.get(name, name)
+
+
+def event_session_id(workspace: str, session_id: str) -> str:
+    """The id a session's events and records go out under: the session id, prefixed with
+    ``<workspace>:`` in a named workspace."""
+    return f"{workspace}:{session_id}" if workspace else session_id
 
 
 def session_settings(
@@ -360,7 +506,7 @@ class ExecPlane:
         self.home = self.state_dir / HOME_DIR
         self.sessions_dir = self.state_dir / SESSIONS_DIR
         self.skills_dir = self.home / SKILL_CACHE_DIR
-        self.settings = settings.model_copy(update={"home": self.home})
+        self.settings = home_settings(settings, self.home)
         self.process_options = process_options or ProcessOptions()
         self.openclaw_options = openclaw_options or BridgeOptions()
         self.snapshot_interval = snapshot_interval
@@ -377,13 +523,23 @@ class ExecPlane:
         self._sessions: dict[str, _Session] = {}
         self._snapshot_task: asyncio.Task[None] | None = None
         self._stop_targets: dict[str, deque[_Session]] = {}
+        self._forwarders: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._closed = False
+        self._lifespan = contextlib.AsyncExitStack()
         self.template: SessionTemplate | None = None
         """Forks the ``engine`` sessions' processes (``settings.session_template``, Linux)."""
-        self.api_app: FastAPI | None = None
-        """The user's local-mode app over :attr:`home`: what the control plane's API tunnels to."""
-        self._api_stack = contextlib.AsyncExitStack()
-        self.tunnel = TunnelServer(self._serve_api, client.send_frame)
+        self.api_app: FastAPI = create_app(
+            self.settings,
+            demo_token_delay=demo_token_delay,
+            runtimes=self._runtimes,
+            check_origins=False,
+            on_run=self._observe_run,
+        )
+        """The user's local-mode app over the home (ASGI; no socket): its ``SessionManager`` keeps
+        every session's only transcript and runs the seed frames' turns too."""
+        self.workspaces: Workspaces = self.api_app.state.workspaces
+        self.tunnel = TunnelServer(self.api_app, client.send_frame)
+        """Runs the control plane's ``http_request`` frames through :attr:`api_app`."""
         client.on_http = self.tunnel.handle
         self._frame_observer = client.on_frame
         client.on_start_session = self.start_session
@@ -393,7 +549,8 @@ class ExecPlane:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Prepare the state directory and start the periodic snapshot sync."""
+        """Prepare the state directory, start ``api_app`` (its lifespan) and the periodic snapshot
+        sync."""
         await asyncio.to_thread(init_home, self.settings.paths)
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
         if self.template is None and self.settings.session_template and template_supported():
@@ -404,38 +561,13 @@ class ExecPlane:
                 start_timeout=self.process_options.start_timeout,
             )
             self.template.start()
-        if self.api_app is None:
-            app = await asyncio.to_thread(self._build_api_app)
-            await self._api_stack.enter_async_context(app.router.lifespan_context(app))
-            self.api_app = app
         if self._snapshot_task is None:
+            await self._lifespan.enter_async_context(self.api_app.router.lifespan_context(self.api_app))
             self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="exec-plane-snapshots")
 
-    def _build_api_app(self) -> FastAPI:
-        settings = self.settings.model_copy(
-            update={
-                "api_token": None,
-                "api_keys": None,
-                "gateway_port": None,
-                "gateway_token": None,
-                "database_url": None,
-                "workspace_base": None,
-                "openclaw_config_path": self.home / "openclaw" / "openclaw.json",
-                "inbox_backend": "local",
-            }
-        )
-        # the control plane checked Host and Origin of the tunnelled requests
-        return create_app(settings, demo_token_delay=self.demo_token_delay, check_origins=False)
-
-    async def _serve_api(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.api_app is None:
-            starting = error_body("starting", "the execution plane is starting")
-            await JSONResponse(starting, status_code=503)(scope, receive, send)
-            return
-        await self.api_app(scope, receive, send)
-
     async def shutdown(self) -> None:
-        """Stop every session (running turns are cancelled; a last snapshot is sent if connected)."""
+        """Stop every session (running turns are cancelled; a last snapshot is sent if connected),
+        then ``api_app``."""
         self._closed = True
         task, self._snapshot_task = self._snapshot_task, None
         if task is not None:
@@ -447,32 +579,116 @@ class ExecPlane:
             if isinstance(result, BaseException):
                 log.error("stopping session %s failed: %s", session.session_id, result)
         await self.tunnel.aclose()
-        await self._api_stack.aclose()
+        await self._lifespan.aclose()  # the API's sessions: turns cancelled, runtimes stopped
+        await asyncio.gather(*self._forwarders.values(), return_exceptions=True)
         if self.template is not None:
             await self.template.close()
 
     @property
     def sessions(self) -> frozenset[str]:
+        """The sessions the control plane started (``start_session``) and has not stopped."""
         return frozenset(self._sessions)
 
+    @property
+    def session_manager(self) -> SessionManager:
+        """The default workspace's ``SessionManager`` (``api_app``'s): where every turn runs."""
+        return self.workspaces.default.sessions
+
+    def _runtimes_of(self) -> dict[str, RuntimeAdapter]:
+        """The runtime of every session that has one, by session id (a named workspace's as
+        ``<workspace>:<session id>``)."""
+        found: dict[str, RuntimeAdapter] = {}
+        for services in self.workspaces.all():
+            workspace = services.settings.paths.root
+            prefix = "" if services is self.workspaces.default else f"{workspace.name}:"
+            for sid, adapter in services.sessions.adapters.items():
+                if isinstance(adapter, SessionRuntime) and adapter.runtime is not None:
+                    found[prefix + sid] = adapter.runtime.adapter
+        for sid, session in self._sessions.items():
+            if session.adapter is not None:
+                found[sid] = session.adapter
+        return found
+
     def adapter(self, session_id: str) -> RuntimeAdapter | None:
-        session = self._sessions.get(session_id)
-        return session.adapter if session is not None else None
+        """The runtime a session's turns run on (``None`` if it has none yet)."""
+        return self._runtimes_of().get(session_id)
 
     def session_context(self, session_id: str) -> RunContext | None:
         """The per-turn context a session's turns run with (its system prompt and skill index)."""
         session = self._sessions.get(session_id)
-        return session.context if session is not None else None
+        return session.runtime.context if session is not None and session.runtime is not None else None
 
     def session_pids(self) -> dict[str, int]:
         """The process id of every session that has a running process (an ``engine`` session's
         process, an ``openclaw`` session's bridge)."""
         pids: dict[str, int] = {}
-        for sid, session in self._sessions.items():
-            adapter = session.adapter
+        for sid, adapter in self._runtimes_of().items():
             if isinstance(adapter, ProcessSessionAdapter | OpenClawBridgeAdapter) and adapter.pid is not None:
                 pids[sid] = adapter.pid
         return pids
+
+    # -- api_app's runtimes and runs ----------------------------------------------------------
+
+    def _runtimes(self, workspace: str, engine: AgentEngine) -> dict[str, ManagerAdapterFactory]:
+        """``api_app``'s runtime table: every runtime type's sessions run on a :class:`SessionRuntime`
+        (which resolves the type itself, from ``start_session`` or ``init``)."""
+
+        def make() -> RuntimeAdapter:
+            return SessionRuntime(self, workspace, engine)
+
+        return {name: make for name in {DEFAULT_RUNTIME_TYPE, *self.adapter_factories}}
+
+    def _observe_run(self, workspace: str, run: Run) -> None:
+        """Every run ``api_app`` starts (a seed frame's turn or an API request's): its events go to
+        the control plane in order, after the session's previous run's."""
+        key = (workspace, run.session_id)
+        task = asyncio.create_task(
+            self._forward_run(workspace, run, self._forwarders.get(key)), name=f"forward-{run.session_id}"
+        )
+        self._forwarders[key] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._forwarders.get(key) is done:
+                del self._forwarders[key]
+
+        task.add_done_callback(forget)
+
+    async def _forward_run(self, workspace: str, run: Run, previous: asyncio.Task[None] | None) -> None:
+        """Send each event of ``run`` as an ``sse_event`` (usage also as ``usage_report``), then the
+        session's transcript as ``transcript_sync``."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        stream_id = event_session_id(workspace, run.session_id)
+        try:
+            async for event in run.events():
+                if event is not None:
+                    await forward_event(self.client, stream_id, event, model=self._model_of(workspace, run))
+            await self._sync_transcript(workspace, run.session_id, stream_id)
+        except Exception:
+            log.exception("session %s: could not forward the run's events", stream_id)
+
+    def _model_of(self, workspace: str, run: Run) -> str:
+        adapter = self.workspaces.get(workspace).sessions.adapters.get(run.session_id)
+        runtime = adapter.runtime if isinstance(adapter, SessionRuntime) else None
+        return runtime.model if runtime is not None else ""
+
+    async def _sync_transcript(self, workspace: str, session_id: str, stream_id: str) -> None:
+        """``transcript_sync {session_id, workspace, title, messages}``: the stored transcript (as
+        ``GET /api/sessions/{id}/history`` has it), at least once."""
+        store = self.workspaces.get(workspace).transcripts
+        try:
+            data = await asyncio.to_thread(store.load, session_id)
+        except (SessionNotFound, SessionCorrupt, InvalidSessionId, OSError) as exc:
+            log.info("session %s: no transcript to sync (%s)", stream_id, exc)
+            return
+        await self.client.fire_and_forget(
+            stream_id,
+            FF_TRANSCRIPT_SYNC,
+            session_id=session_id,
+            workspace=workspace,
+            title=data["title"],
+            messages=data["messages"],
+        )
 
     # -- the runtime factory -------------------------------------------------------------------
 
@@ -486,6 +702,7 @@ class ExecPlane:
             on_request=spec.on_request,
             demo_token_delay=self.demo_token_delay,
             mcp_servers=mcp_server_names(spec.data.get("mcp_servers")),
+            base_tools=spec.engine.build_tools,
         )
         return ProcessSessionAdapter(process_spec, self.process_options, self.template)
 
@@ -604,37 +821,31 @@ class ExecPlane:
             log.info("session %s is already running; ignoring a repeated start_session", session_id)
             return
         session.handled = True
-        requested = data.get("runtime_type") or DEFAULT_RUNTIME_TYPE
+        requested = (
+            data.get("runtime_type") or self.init_defaults().get("runtime_type") or DEFAULT_RUNTIME_TYPE
+        )
         requested = requested if isinstance(requested, str) else repr(requested)
-        runtime_type = RUNTIME_ALIASES.get(requested.strip().lower(), requested.strip().lower())
-        session.runtime_type = runtime_type
+        session.runtime_type = runtime_name(requested)
         if session.replaces is not None:  # the same id was being stopped: let that finish first
             await session.replaces.stopped.wait()
             session.replaces = None
             if session.stopping:  # and this one was stopped meanwhile
                 return
-        refusal = self._refusal(requested, runtime_type)
-        spec: SessionSpec | None = None
-        if refusal is None:
-            try:
-                spec = self._session_spec(session, data)
-            except Exception as exc:
-                refusal = f"session {session_id} was not started: {exc}"
-        adapter: RuntimeAdapter | None = None
-        if refusal is None and spec is not None:
-            try:
-                made = self.adapter_factories[runtime_type](spec)
-                adapter = await made if inspect.isawaitable(made) else made
-            except RuntimeError_ as exc:  # e.g. the runtime is not installed here: say what is missing
-                refusal = f"session {session_id}: {exc}"
-            except Exception as exc:
-                refusal = f"session {session_id} was not started: {type(exc).__name__}: {exc}"
-                log.exception("could not create the %s runtime for session %s", runtime_type, session_id)
+        if not self.session_manager.is_busy(session_id):  # an API turn's runtime: this one replaces it
+            await self.session_manager.release(session_id)
+        refusal: str | None = None
+        runtime: _Runtime | None = None
+        try:
+            runtime = await self._make_runtime(
+                "", self.workspaces.default.engine, session_id, requested, data
+            )
+        except RuntimeError_ as exc:
+            refusal = str(exc)
         if session.stopping:  # stopped while its runtime was being created: start nothing
             session.prepared.set()
             return
-        session.adapter = adapter
-        if session.adapter is None:
+        session.runtime = runtime
+        if runtime is None:
             session.refusal = refusal or "the session was not started"
             session.prepared.set()
             log.warning("refused session %s: %s", session_id, session.refusal)
@@ -644,30 +855,105 @@ class ExecPlane:
         session.prepared.set()
         await session.starting
 
-    def _session_spec(self, session: _Session, data: Mapping[str, Any]) -> SessionSpec:
-        agent_config = data.get("agent_config") or {}
-        if not isinstance(agent_config, Mapping):
-            raise ValueError("agent_config must be an object")
-        settings = session_settings(self.settings, agent_config, self.client.api_keys)
-        if session.runtime_type == DEFAULT_RUNTIME_TYPE:
-            session.model = describe_model(settings).name  # ProviderConfigError for an incomplete provider
-        else:  # the runtime picks its model itself (OpenClaw: from agent_config, else this machine's)
-            own = openclaw_agent_config(settings, agent_config)
-            session.model = str(own.get("model") or session.runtime_type)
-        index = parse_skill_index(data.get("skill_index"))
-        usable = tuple(entry for entry in index.entries if check_requirements(entry)[0])
-        block = available_skills_block(usable, self.skills_dir, read_tool=LOAD_SKILL_TOOL)
-        session.skill_ids = frozenset(entry.skill_id for entry in usable)
-        session.context = RunContext(extra_system_prompt=session_prompt(agent_config, block))
-        return SessionSpec(
-            session_id=session.session_id,
-            runtime_type=session.runtime_type,
-            session_dir=self.sessions_dir / session.session_id,
-            settings=settings,
-            skills=usable,
-            on_request=functools.partial(self._runtime_request, session),
-            data=data,
-        )
+    def init_defaults(self) -> dict[str, Any]:
+        """What ``init`` says about the user's sessions (each optional, as in ``start_session``):
+        ``runtime_type``, ``agent_config``, ``skill_index`` and ``mcp_servers``."""
+        init = self.client.init_data
+        keys = ("runtime_type", "agent_config", "mcp_servers", "skill_index")
+        return {key: init[key] for key in keys if key in init}
+
+    def apply_init(self) -> None:
+        """Give ``api_app``'s workspaces ``init``'s API keys and model (``agent_config``) for what
+        runs in this process — titles and compression; turns get theirs with their runtime. Done
+        after connecting and whenever a runtime is made (``init`` may change on a reconnect)."""
+        agent_config = self.init_defaults().get("agent_config")
+        agent_config = agent_config if isinstance(agent_config, Mapping) else {}
+        for services in self.workspaces.all():
+            settings = session_settings(services.engine.settings, agent_config, self.client.api_keys)
+            services.settings = settings
+            services.sessions.settings = settings
+
+    async def session_runtime(
+        self, workspace: str, engine: AgentEngine, session_id: str, runtime_type: str
+    ) -> tuple[_Runtime, bool]:
+        """The runtime for a turn of ``session_id`` in ``workspace`` and whether it was made (and
+        started) here for the caller: the one its ``start_session`` made, else a new one from
+        ``init``'s defaults. ``RuntimeError_`` when the session was refused."""
+        session = self._sessions.get(session_id) if workspace == "" else None
+        if session is not None and not session.stopping and session.handled:
+            await session.prepared.wait()
+            if session.runtime is not None:
+                return session.runtime, False
+            raise RuntimeError_(session.refusal or f"session {session_id} was not started")
+        requested = runtime_type
+        if runtime_type == DEFAULT_RUNTIME_TYPE:  # what a turn asks for unless told otherwise
+            requested = str(self.init_defaults().get("runtime_type") or runtime_type)
+        runtime = await self._make_runtime(workspace, engine, session_id, requested, {})
+        try:
+            await runtime.adapter.start(session_id, RunConfig(runtime_type=runtime.runtime_type))
+        except BaseException:
+            await runtime.adapter.stop()  # the next turn makes a new one
+            raise
+        return runtime, True
+
+    async def _make_runtime(
+        self,
+        workspace: str,
+        engine: AgentEngine,
+        session_id: str,
+        requested: str,
+        data: Mapping[str, Any],
+    ) -> _Runtime:
+        """Build (not start) a session's runtime from ``data`` over ``init``'s defaults;
+        ``RuntimeError_`` saying why it cannot be made (the session is refused)."""
+        self.apply_init()
+        runtime_type = runtime_name(requested)
+        refusal = self._refusal(requested, runtime_type)
+        if refusal is not None:
+            raise RuntimeError_(refusal)
+        data = {**self.init_defaults(), **{key: value for key, value in data.items() if value is not None}}
+        try:
+            agent_config = data.get("agent_config") or {}
+            if not isinstance(agent_config, Mapping):
+                raise ValueError("agent_config must be an object")
+            settings = session_settings(engine.settings, agent_config, self.client.api_keys)
+            if runtime_type == DEFAULT_RUNTIME_TYPE:
+                model = describe_model(settings).name  # ProviderConfigError for an incomplete provider
+            else:  # the runtime picks its model itself (OpenClaw: from agent_config, else this machine's)
+                model = str(openclaw_agent_config(settings, agent_config).get("model") or runtime_type)
+            index = parse_skill_index(data.get("skill_index"))
+            usable = tuple(entry for entry in index.entries if check_requirements(entry)[0])
+            block = available_skills_block(usable, self.skills_dir, read_tool=LOAD_SKILL_TOOL)
+            skill_ids = frozenset(entry.skill_id for entry in usable)
+            spec = SessionSpec(
+                session_id=session_id,
+                runtime_type=runtime_type,
+                session_dir=self.session_dir(workspace, session_id),
+                settings=settings,
+                skills=usable,
+                on_request=functools.partial(self._runtime_request, session_id, skill_ids),
+                data=data,
+                engine=engine,
+            )
+        except Exception as exc:
+            raise RuntimeError_(f"session {session_id} was not started: {exc}") from exc
+        try:
+            made = self.adapter_factories[runtime_type](spec)
+            adapter = await made if inspect.isawaitable(made) else made
+        except RuntimeError_ as exc:  # e.g. the runtime is not installed here: say what is missing
+            raise RuntimeError_(f"session {session_id}: {exc}") from exc
+        except Exception as exc:
+            log.exception("could not create the %s runtime for session %s", runtime_type, session_id)
+            raise RuntimeError_(f"session {session_id} was not started: {type(exc).__name__}: {exc}") from exc
+        context = RunContext(extra_system_prompt=session_prompt(agent_config, block))
+        return _Runtime(adapter, runtime_type, model, context)
+
+    def session_dir(self, workspace: str, session_id: str) -> Path:
+        """A session's directory (its memory, checkpoints, process log): ``sessions/<id>``, or
+        ``workspaces/<name>/sessions/<id>`` in a named workspace."""
+        if not workspace:
+            return self.sessions_dir / session_id
+        return self.state_dir / WORKSPACES_DIR / workspace / SESSIONS_DIR / session_id
 
     async def _start_adapter(self, session: _Session) -> None:
         assert session.adapter is not None
@@ -689,6 +975,10 @@ class ExecPlane:
         if not isinstance(text, str) or not text.strip():
             await self._error(sid, "user_message needs a non-empty string 'content' (or 'message')")
             return
+        mode = data.get("approval_mode", DEFAULT_CONTEXT.approval_mode)
+        if mode not in APPROVAL_MODES:
+            await self._error(sid, f"approval_mode must be one of {', '.join(APPROVAL_MODES)}")
+            return
         epoch = session.cancel_epoch
         async with session.turn_lock:
             if session.stopping or session.adapter is None:
@@ -697,49 +987,45 @@ class ExecPlane:
             if session.starting is not None:
                 await asyncio.shield(session.starting)
             if session.cancel_epoch != epoch:  # cancelled while it waited
-                await forward_event(self.client, sid, RunCancelled(sid, ""), model=session.model)
+                await forward_event(self.client, sid, RunCancelled(sid, ""), model="")
                 return
             session.turn_running = True
             try:
-                await self._run_turn(session, text, epoch)
+                await self._run_turn(session, text, RunContext(approval_mode=mode), epoch)
             finally:
                 session.turn_running = False
 
-    async def _run_turn(self, session: _Session, text: str, epoch: int) -> None:
-        """Forward one turn's events; the turn always ends with exactly one final event."""
-        sid, adapter = session.session_id, session.adapter
-        assert adapter is not None
-        finished = False
-        streamed: list[str] = []
-        cancel_sent = False
+    async def _run_turn(self, session: _Session, text: str, context: RunContext, epoch: int) -> None:
+        """Run one turn through ``api_app``'s ``SessionManager`` (its events go out from
+        :meth:`_observe_run`); returns once they are all sent."""
+        sid, manager = session.session_id, self.session_manager
+        config = RunConfig(runtime_type=session.runtime_type)
         try:
-            async with contextlib.aclosing(
-                adapter.send_message(UserMessage(text, [], session.context))
-            ) as events:
-                async for event in events:
-                    if session.cancel_epoch != epoch and not cancel_sent:  # a cancel that came early
-                        cancel_sent = True
-                        await adapter.cancel()
-                    if isinstance(event, TextDelta):
-                        streamed.append(event.text)
-                    finished = isinstance(event, TERMINAL_EVENTS)
-                    await forward_event(self.client, sid, event, model=session.model)
-                    if finished:
-                        break
+            run = await manager.start_turn(sid, text, config, title=False, context=context)
+        except SessionWaiting as exc:
+            pending = ", ".join(item.approval_id for item in exc.pending)
+            await self._error(
+                sid, f"session {sid} waits for a decision ({pending}); decide or cancel it first"
+            )
+            return
+        except SessionBusy:
+            await self._error(sid, f"session {sid} is still answering; the message was not run")
+            return
         except Exception as exc:
-            log.exception("session %s: the turn failed", sid)
-            if not finished:
-                finished = True
-                await forward_event(
-                    self.client, sid, RunFailed(f"{type(exc).__name__}: {exc}", sid), model=""
-                )
-        if not finished:  # an in-process adapter's stream ends without lifecycle events
-            await forward_event(self.client, sid, RunFinished("".join(streamed), sid), model="")
+            log.exception("session %s: the turn could not start", sid)
+            await self._error(sid, f"{type(exc).__name__}: {exc}")
+            return
+        if session.cancel_epoch != epoch:  # a cancel that came while it started
+            await manager.cancel(sid)
+        await run.wait()
+        forwarder = self._forwarders.get(("", sid))
+        if forwarder is not None:
+            await asyncio.shield(forwarder)
 
     async def _on_cancel(self, session: _Session, data: dict[str, Any]) -> None:
         session.cancel_epoch += 1
-        if session.adapter is not None and session.turn_running:
-            await session.adapter.cancel()
+        if session.turn_running or self.session_manager.is_waiting(session.session_id):
+            await self.session_manager.cancel(session.session_id)  # a waiting turn's decisions too
 
     async def stop_session(self, data: dict[str, Any]) -> None:
         """``stop_session``: stop the runtime, send a last snapshot, forget the session."""
@@ -771,10 +1057,11 @@ class ExecPlane:
                 await asyncio.shield(session.starting)
             adapter = session.adapter
             if adapter is not None:
+                await self.session_manager.release(session.session_id)  # cancels a running turn
                 await adapter.stop()
                 async with session.turn_lock:  # the cancelled turn has sent its final event
                     pass
-                await self._send_snapshot(session, reason="stop")
+                await self._send_snapshot(session.session_id, adapter, reason="stop")
         finally:
             if self._sessions.get(session.session_id) is session:
                 del self._sessions[session.session_id]
@@ -792,20 +1079,21 @@ class ExecPlane:
             session.refusal = f"session {session.session_id} was stopped"
         session.prepared.set()
 
-    async def _runtime_request(self, session: _Session, method: str, params: dict[str, Any]) -> Any:
+    async def _runtime_request(
+        self, sid: str, skill_ids: frozenset[str], method: str, params: dict[str, Any]
+    ) -> Any:
         """A runtime's request that needs the control plane.
 
         * ``load_skill {skill_id, version}`` (the engine's session process) → ``{path, skill_md}``;
         * ``get_skill_package {skill_id, version}`` (the OpenClaw bridge) → ``{path}``;
 
         both fetch the package into the shared cache on a miss, for skills of the session's index
-        only. ``memory_search {query, top_k}`` and ``mcp_call {server, tool, arguments}`` (the
-        bridge) go to the control plane as the engine's would."""
-        sid = session.session_id
+        (``skill_ids``) only. ``memory_search {query, top_k}`` and ``mcp_call {server, tool,
+        arguments}`` (the bridge) go to the control plane as the engine's would."""
         if method in (LOAD_SKILL_TOOL, METHOD_GET_SKILL_PACKAGE):
             skill_id = str(params.get("skill_id") or "")
             version = str(params.get("version") or "latest")
-            if skill_id not in session.skill_ids:
+            if skill_id not in skill_ids:
                 raise LookupError(f"skill {skill_id!r} is not in this session's skill index")
 
             async def fetch(wanted: str, wanted_version: str) -> Mapping[str, Any]:
@@ -853,30 +1141,31 @@ class ExecPlane:
                 log.exception("snapshot sync failed")
 
     async def sync_snapshots(self) -> int:
-        """One snapshot round: ``snapshot_sync`` for every session; skipped while disconnected.
-        Returns how many snapshots were sent."""
+        """One snapshot round: ``snapshot_sync`` for every session that has a runtime (started by
+        ``start_session`` or by an API request); skipped while disconnected. Returns how many
+        snapshots were sent."""
         if not self.client.connected:
             self.snapshot_rounds_skipped += 1
             log.info("[degraded] snapshot sync skipped: the control plane is unreachable")
             return 0
+        stopping = {sid for sid, session in self._sessions.items() if session.stopping}
         sent = 0
-        for session in list(self._sessions.values()):
-            if not session.stopping and await self._send_snapshot(session, reason="periodic"):
+        for sid, adapter in self._runtimes_of().items():
+            if sid not in stopping and await self._send_snapshot(sid, adapter, reason="periodic"):
                 sent += 1
         return sent
 
-    async def _send_snapshot(self, session: _Session, *, reason: str) -> bool:
-        adapter = session.adapter
+    async def _send_snapshot(self, session_id: str, adapter: RuntimeAdapter | None, *, reason: str) -> bool:
         if adapter is None or not self.client.connected:
             return False
         try:
             snapshot = await asyncio.to_thread(adapter.get_snapshot)
         except Exception:
-            log.exception("session %s: could not take a snapshot", session.session_id)
+            log.exception("session %s: could not take a snapshot", session_id)
             return False
         if not snapshot:
             return False
-        await self.client.fire_and_forget(session.session_id, FF_SNAPSHOT_SYNC, reason=reason, **snapshot)
+        await self.client.fire_and_forget(session_id, FF_SNAPSHOT_SYNC, reason=reason, **snapshot)
         self.snapshots_sent += 1
         return True
 
@@ -945,6 +1234,7 @@ async def run_exec_plane(
         )
         if not await connect_with_retry(client, stop):
             return 0
+        plane.apply_init()
         closed = asyncio.create_task(client.wait_closed())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -175,8 +175,8 @@ FF_EVOLUTION_SUBMIT: Final = "evolution_submit"
 FF_SNAPSHOT_SYNC: Final = "snapshot_sync"
 """A session snapshot (seed §5); skipped while offline (the next one replaces it)."""
 FF_TRANSCRIPT_SYNC: Final = "transcript_sync"
-"""``{session_id, workspace, title, messages}``: a session's transcript after a turn (the control
-plane keeps the latest, to answer from while the execution plane is offline)."""
+"""``{session_id, workspace, title, messages}``: a session's transcript after each turn (the
+execution plane keeps it; the control plane's read-only copy while the machine is offline)."""
 MAX_SEQ: Final = 2**63 - 1
 """The largest ``seq`` of an ``sse_event`` (the control plane's event log keeps it as a BIGINT)."""
 FIRE_AND_FORGET_METHODS: Final[frozenset[str]] = frozenset(

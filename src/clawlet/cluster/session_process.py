@@ -21,7 +21,11 @@ prints can corrupt the protocol.
                                                                (see clawlet.secret_env) but the
                                                                VM credentials, for masking
     child → parent  ready     {pid}  |  fatal {error}            the engine is built (or could not be)
-    parent → child  message   {turn, text, context}            run one turn
+    parent → child  message   {turn, text, history, context,   run one turn: everything of the
+                               pause, resume}                  SessionManager's UserMessage (pause
+                                                               {directory, thread_id}, resume
+                                                               {approval_id, decision: {type, args,
+                                                               message}}, each or null)
     child → parent  event     {turn, event: {kind, …fields}}   each clawlet event of the turn
                                                                (clawlet.events.event_to_json)
     parent → child  cancel    {turn}                           cancel the running turn
@@ -36,25 +40,29 @@ file. EOF on the child's stdin means the parent is gone: the child cancels its t
 killed daemon leaves no session processes behind.
 
 **The child** builds clawlet's engine for the clawlet home shared by the user's sessions and runs
-each turn through clawlet's runtime (``SessionManager`` → ``EngineAdapter`` → ``AgentEngine``), which
-keeps the transcript under ``<session dir>/transcript/`` (the history the engine continues from)
-and keeps a cancelled turn's partial output. The session's short-term memory
+each turn it is sent on it (:class:`~clawlet.runtime.engine_adapter.EngineAdapter`) with the
+history, context, pause point and decision the exec plane's ``SessionManager`` gave the turn: it is
+a pure runtime and keeps no transcript (the one transcript is the exec plane's, in the home's
+``sessions/``), so a turn that pauses for an approval is continued by whichever process gets the
+decision. The session's short-term memory
 (:class:`~clawlet.cluster.session_memory.SessionMemory`, ``<session dir>/memory/``) gets the user
 message before the turn and the assistant's reply (also a partial one) before the turn's final
-event goes out. Every LangGraph step of a turn is checkpointed by
+event goes out. Every LangGraph step of a turn that cannot pause is checkpointed by
 :class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under ``<session dir>/checkpoints/``: the
 agent graph gets the saver and a thread per turn, and older turns' threads are deleted when a turn
-ends, so the newest checkpoint is always the last turn's state (what the snapshot sync sends). The
-model's input still comes from the transcript, as in local mode: one thread per session would add
-each turn's input to the checkpointed messages, keep a cancelled turn's unanswered tool calls in the
-history and store per-request RAG context for good.
+ends, so the newest checkpoint is always the last turn's state (what the snapshot sync sends); a
+turn that may pause keeps its state at its pause point instead. The model's input comes from the
+history the turn was sent, as in local mode.
 
 **The parent** (:class:`ProcessSessionAdapter`) turns every way a child can fail into the end of the
 running turn: EOF on its stdout or a non-zero exit (a crash, ``kill -9``) → ``RunFailed`` naming the
 exit code or signal; no line (heartbeats included) for ``heartbeat_timeout`` seconds → the process is
 killed as hung → ``RunFailed``; a turn that has not ended ``cancel_grace`` seconds after ``cancel`` →
 the process is killed → ``RunCancelled`` with the text streamed so far. A dead child is started
-again for the session's next message (its memory, transcript and checkpoints are on disk).
+again for the session's next message (its memory and checkpoints are on disk). The adapter is a
+``SessionManager``'s runtime: it yields the turn's events and ends as such runtimes do (see
+:class:`ProcessSessionAdapter`); it supports approvals, and checks a decision with the same rules
+as local mode (the engine's tools' schemas, :attr:`SessionProcessSpec.base_tools`).
 """
 
 from __future__ import annotations
@@ -82,21 +90,25 @@ from clawlet.cluster.protocol import MAX_FRAME_BYTES
 from clawlet.cluster.session_memory import SessionMemory
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
+from clawlet.engine.approvals import Decision, PausePoint, Resume, check_decision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import (
     TERMINAL_EVENTS,
+    ApprovalRequested,
     Event,
     NewSegment,
+    Pending,
     RunCancelled,
     RunFailed,
     RunFinished,
+    RunWaiting,
     TextDelta,
     event_from_json,
     event_to_json,
 )
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.runtime.checkpointer import LocalCheckpointer
-from clawlet.runtime.manager import SessionManager
+from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.secret_env import held_secrets, hold_secrets, is_secret_name
 from clawlet.tools.base import ToolError
 
@@ -112,7 +124,6 @@ PROCESS_LOG: Final = "process.log"
 MEMORY_ROLE_USER: Final = "user"
 MEMORY_ROLE_ASSISTANT: Final = "assistant"
 CHECKPOINTS_DIR: Final = "checkpoints"
-TRANSCRIPT_DIR: Final = "transcript"
 VM_CREDENTIALS: Final = frozenset({"VM_TOKEN", "VM_TICKET"})
 """Never passed on to a session process, not even for masking (its tools could reach them)."""
 INDEX_LOCK: Final = ".exec-plane-index.lock"
@@ -133,22 +144,83 @@ class SessionProcessError(Exception):
 # -- events and contexts on the pipe -------------------------------------------------------------
 
 
+_CONTEXT_SETS: Final = (
+    "disallowed_tools",
+    "ask_tools",
+    "policy_denied",
+    "approval_denied",
+    "skipped_approval",
+    "resume_call_ids",
+)
+"""The ``frozenset`` fields of ``RunContext`` (``allowed_tools`` may also be ``None``)."""
+
+
 def encode_context(context: RunContext) -> dict[str, Any]:
-    return {
-        "allowed_tools": None if context.allowed_tools is None else sorted(context.allowed_tools),
-        "disallowed_tools": sorted(context.disallowed_tools),
-        "extra_system_prompt": context.extra_system_prompt,
-    }
+    """``context`` as JSON (every field: the child's engine applies the policies itself)."""
+    encoded: dict[str, Any] = {name: sorted(getattr(context, name)) for name in _CONTEXT_SETS}
+    encoded["allowed_tools"] = None if context.allowed_tools is None else sorted(context.allowed_tools)
+    encoded["extra_system_prompt"] = context.extra_system_prompt
+    encoded["approval_mode"] = context.approval_mode
+    return encoded
 
 
 def decode_context(data: Any) -> RunContext:
     if not isinstance(data, Mapping):
         return DEFAULT_CONTEXT
     allowed = data.get("allowed_tools")
+    mode = data.get("approval_mode")
+    sets = {name: frozenset(map(str, data.get(name) or ())) for name in _CONTEXT_SETS}
     return RunContext(
         allowed_tools=None if allowed is None else frozenset(map(str, allowed)),
-        disallowed_tools=frozenset(map(str, data.get("disallowed_tools") or ())),
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
+        approval_mode=mode if mode in ("ask", "deny", "allow") else DEFAULT_CONTEXT.approval_mode,
+        **sets,
+    )
+
+
+def encode_message(turn_id: str, data: UserMessage) -> dict[str, Any]:
+    """The pipe's ``message`` line for one turn: everything of ``data``."""
+    pause = data.pause
+    resume = data.resume
+    return {
+        "type": "message",
+        "turn": turn_id,
+        "text": data.text,
+        "history": list(data.history),
+        "context": encode_context(data.context),
+        "pause": None if pause is None else {"directory": str(pause.directory), "thread_id": pause.thread_id},
+        "resume": None
+        if resume is None
+        else {"approval_id": resume.approval_id, "decision": dataclasses.asdict(resume.decision)},
+    }
+
+
+def decode_message(message: Mapping[str, Any]) -> UserMessage:
+    """The ``UserMessage`` of a ``message`` line; ``ValueError`` for one that is malformed."""
+    history = message.get("history") or []
+    if not isinstance(history, list) or not all(isinstance(item, Mapping) for item in history):
+        raise ValueError("history must be a list of messages")
+    pause_data, resume_data = message.get("pause"), message.get("resume")
+    pause = resume = None
+    if isinstance(pause_data, Mapping):
+        pause = PausePoint(Path(str(pause_data["directory"])), str(pause_data["thread_id"]))
+    if isinstance(resume_data, Mapping):
+        decision = dict(resume_data.get("decision") or {})
+        args = decision.get("args")
+        resume = Resume(
+            str(resume_data["approval_id"]),
+            Decision(
+                decision.get("type") or "reject",
+                dict(args) if isinstance(args, Mapping) else None,
+                None if decision.get("message") is None else str(decision["message"]),
+            ),
+        )
+    return UserMessage(
+        str(message.get("text") or ""),
+        [{str(k): str(v) for k, v in item.items()} for item in history],
+        decode_context(message.get("context")),
+        pause=pause,
+        resume=resume,
     )
 
 
@@ -201,6 +273,9 @@ class SessionProcessSpec:
     demo_token_delay: float = 0.0
     mcp_servers: tuple[str, ...] = ()
     """The user's remote MCP servers (by name): the session gets a ``remote_mcp`` tool for them."""
+    base_tools: Callable[[], Sequence[BaseTool]] | None = None
+    """The tools of the workspace's engine (the child has the same ones and :func:`session_tools`):
+    their schemas check an edited tool call's arguments (:meth:`ProcessSessionAdapter.check_decision`)."""
 
 
 @dataclass(frozen=True)
@@ -223,31 +298,47 @@ class ProcessOptions:
     """How long ``stop`` waits for the process to exit before killing it."""
 
 
+@dataclass
+class ReplyText:
+    """The text a turn has streamed so far, segment by segment (as the transcript keeps it)."""
+
+    segments: list[str] = field(default_factory=list)
+    current: str = ""
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.current += event.text
+        elif isinstance(event, NewSegment) and self.current:
+            self.segments.append(self.current)
+            self.current = ""
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(part for part in [*self.segments, self.current] if part)
+
+
 @dataclass(eq=False)
 class _Turn:
     turn_id: str
     queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     finished: bool = False
     cancel_requested: bool = False
-    segments: list[str] = field(default_factory=list)
-    text: str = ""
+    reply: ReplyText = field(default_factory=ReplyText)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
     grace: asyncio.Task[None] | None = None
 
     def deliver(self, event: Event) -> None:
         if self.finished:
             return
-        if isinstance(event, TextDelta):
-            self.text += event.text
-        elif isinstance(event, NewSegment) and self.text:
-            self.segments.append(self.text)
-            self.text = ""
+        self.reply.observe(event)
         if isinstance(event, TERMINAL_EVENTS):
             self.finished = True
+            self.ended.set()
         self.queue.put_nowait(event)
 
     @property
     def partial_text(self) -> str:
-        return "\n\n".join(part for part in [*self.segments, self.text] if part)
+        return self.reply.text
 
 
 def child_environment() -> dict[str, str]:
@@ -325,12 +416,16 @@ def _descendants(pid: int) -> list[int]:
 
 
 class ProcessSessionAdapter(RuntimeAdapter):
-    """Runs one session in a child process (see the module docstring).
+    """Runs one session's turns in a child process (see the module docstring): a pure runtime under
+    a ``SessionManager``, which keeps the transcript and the paused turns.
 
-    Unlike in-process adapters, the stream of :meth:`send_message` carries the run's lifecycle
-    events too (the run lives in the child): it always ends with exactly one ``RunFinished``,
-    ``RunCancelled`` or ``RunFailed`` and never raises for a failed process.
+    Like an in-process adapter, :meth:`send_message` yields the turn's events without the run's
+    lifecycle: it returns when the turn is finished, yields ``RunWaiting`` last when the turn
+    paused, raises ``asyncio.CancelledError`` when it was cancelled (also by :meth:`stop`) and
+    :class:`SessionProcessError` when it failed (the process crashed, hung or could not start).
     """
+
+    supports_approvals = True
 
     def __init__(
         self,
@@ -397,13 +492,13 @@ class ProcessSessionAdapter(RuntimeAdapter):
         await self._ensure_process()
 
     async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
-        """Run one turn in the child (started first if it is not running) and yield its events.
-
-        ``data.history`` is ignored: the child continues from the session's own transcript."""
+        """Run one turn in the child (started first if it is not running) and yield its events."""
         session_id = self.session_id or ""
+        previous = self._turn
+        if previous is not None and not previous.finished and previous.cancel_requested:
+            await previous.ended.wait()  # a cancelled turn ends within cancel_grace (or is killed)
         if self.running:
-            yield RunFailed("a turn is already running in this session", session_id)
-            return
+            raise SessionProcessError("a turn is already running in this session")
         turn = _Turn(uuid.uuid4().hex)
         self.turns += 1
         try:
@@ -413,19 +508,19 @@ class ProcessSessionAdapter(RuntimeAdapter):
                 turn.deliver(RunFailed(str(exc), session_id))
             else:
                 self._turn = turn  # only now: the end of an earlier process must not end this turn
-                message = {
-                    "type": "message",
-                    "turn": turn.turn_id,
-                    "text": data.text,
-                    "context": encode_context(data.context),
-                }
-                if not await self._write(message):
+                if not await self._write(encode_message(turn.turn_id, data)):
                     log.info("session %s: the process went away before the turn was sent", session_id)
                     # the reader sees EOF and ends the turn with RunFailed
             while True:
                 event = await turn.queue.get()
+                if isinstance(event, RunFinished):
+                    return
+                if isinstance(event, RunCancelled):
+                    raise asyncio.CancelledError("the turn was cancelled in the session process")
+                if isinstance(event, RunFailed):
+                    raise SessionProcessError(event.error)
                 yield event
-                if isinstance(event, TERMINAL_EVENTS):
+                if isinstance(event, RunWaiting):
                     return
         finally:
             if self._turn is turn:
@@ -435,6 +530,15 @@ class ProcessSessionAdapter(RuntimeAdapter):
                     self._spawn(self._cancel_turn(turn), f"cancel-abandoned-turn-{session_id}")
             if turn.grace is not None and turn.finished:
                 turn.grace.cancel()
+
+    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
+        """The engine's check (:func:`clawlet.engine.approvals.check_decision`) against the schema
+        of the tool the child's engine has under that name."""
+        tools = self.spec.base_tools() if self.spec.base_tools is not None else []
+        extra = session_tools(self.spec.skills, self.spec.mcp_servers, _no_requests)
+        name = pending.tool if isinstance(pending, ApprovalRequested) else None
+        tool = next((found for found in [*tools, *extra] if found.name == name), None)
+        return check_decision(pending, decision, tool)
 
     async def cancel(self) -> None:
         """Cancel the running turn; the process is killed if the turn has not ended after
@@ -874,8 +978,28 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+async def _no_requests(method: str, params: dict[str, Any]) -> Any:
+    raise LookupError(f"{method!r} cannot be asked here")
+
+
+def session_tools(
+    skills: Sequence[SkillRef], mcp_servers: Sequence[str], request: RequestHandler
+) -> list[BaseTool]:
+    """The tools a session process adds to clawlet's own: ``long_term_memory``, and ``load_skill``
+    and ``remote_mcp`` when the session has skills and MCP servers."""
+    tools = [make_long_term_memory_tool(request)]
+    if skills:
+        tools.append(make_load_skill_tool(skills, request))
+    if mcp_servers:
+        tools.append(make_remote_mcp_tool(mcp_servers, request))
+    return tools
+
+
 class SessionEngine(AgentEngine):
-    """clawlet's engine with a checkpointed agent graph (one thread per turn) and extra tools."""
+    """clawlet's engine with a checkpointed agent graph (one thread per turn) and extra tools.
+
+    A turn that may pause runs on the pause point it was given instead (the ``SessionManager``'s,
+    in the home: :meth:`AgentEngine.pausable_agent`), so another process can continue it."""
 
     def __init__(
         self,
@@ -890,16 +1014,26 @@ class SessionEngine(AgentEngine):
         self.thread_id = "initial"
         self._base_agent: Any = None
         self._saving_agent: Any = None
+        self._plain = False
 
     def build_tools(self) -> list[BaseTool]:
         return [*super().build_tools(), *self.extra_tools]
 
     def build_agent(self) -> Any:
         base = super().build_agent()
+        if self._plain:
+            return base
         if base is not self._base_agent:  # built anew (first turn, or MCP tools changed)
             self._base_agent = base
             self._saving_agent = base.copy({"checkpointer": self.checkpointer})
         return self._saving_agent.with_config({"configurable": {"thread_id": self.thread_id}})
+
+    def pausable_agent(self, pause: PausePoint) -> Any:
+        self._plain = True  # the pause point's checkpointer, on the plain agent
+        try:
+            return super().pausable_agent(pause)
+        finally:
+            self._plain = False
 
 
 class SessionChild:
@@ -909,14 +1043,14 @@ class SessionChild:
         self.reader = reader
         self.writer = writer
         self.session_id = ""
-        self.manager: SessionManager | None = None
         self.engine: SessionEngine | None = None
+        self.runtime: EngineAdapter | None = None
         self.memory: SessionMemory | None = None
         self.checkpointer: LocalCheckpointer | None = None
         self._send_lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._turn: asyncio.Task[None] | None = None
-        self._running_turn: str | None = None
+        self._streams: dict[str, asyncio.Task[None]] = {}
         self._cancelled: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -939,23 +1073,16 @@ class SessionChild:
     def setup(self, init: Mapping[str, Any]) -> float:
         """Build the engine from ``init``; returns the heartbeat interval."""
         from clawlet.memory.stores import KnowledgeBase, MemoryIndex, build_embedder
-        from clawlet.runtime.engine_adapter import EngineAdapter
-        from clawlet.sessions.store import TranscriptStore
 
         self.session_id = str(init["session_id"])
         session_dir = Path(str(init["session_dir"]))
         hold_secrets(dict(init.get("held_secrets") or {}))  # masked in tool output, like the parent's
         settings = Settings(**dict(init["settings"]))
         skills = [SkillRef(**dict(item)) for item in init.get("skills") or []]
+        mcp_servers = [str(name) for name in init.get("mcp_servers") or [] if isinstance(name, str)]
         self.memory = SessionMemory(session_dir)
         self.checkpointer = LocalCheckpointer(session_dir / CHECKPOINTS_DIR)
         embedder = build_embedder(settings)
-        extra_tools = [make_long_term_memory_tool(self.request)]
-        if skills:
-            extra_tools.append(make_load_skill_tool(skills, self.request))
-        mcp_servers = [str(name) for name in init.get("mcp_servers") or [] if isinstance(name, str)]
-        if mcp_servers:
-            extra_tools.append(make_remote_mcp_tool(mcp_servers, self.request))
         with _exclusive(settings.paths.storage / INDEX_LOCK):
             memory_index = MemoryIndex(settings.paths, embedder)
             knowledge = KnowledgeBase(settings.paths, embedder)
@@ -966,13 +1093,11 @@ class SessionChild:
             knowledge,
             demo_token_delay=float(init.get("demo_token_delay") or 0.0),
             checkpointer=self.checkpointer,
-            extra_tools=extra_tools,
+            extra_tools=session_tools(skills, mcp_servers, self.request),
         )
         engine.build_model()
         self.engine = engine
-        self.manager = SessionManager(
-            settings, TranscriptStore(session_dir / TRANSCRIPT_DIR), {"engine": lambda: EngineAdapter(engine)}
-        )
+        self.runtime = EngineAdapter(engine)
         return float(init.get("heartbeat_interval") or ProcessOptions.heartbeat_interval)
 
     async def serve(self) -> int:
@@ -1017,7 +1142,7 @@ class SessionChild:
             if kind == "message":  # after the previous turn's task (it may still be finishing)
                 self._turn = asyncio.create_task(self._run_turn(message, self._turn), name="session-turn")
             elif kind == "cancel":
-                self._background(self._cancel(str(message.get("turn") or "")))
+                self._cancel(str(message.get("turn") or ""))
             elif kind == "response":
                 future = self._pending.get(str(message.get("id")))
                 if future is not None and not future.done():
@@ -1029,15 +1154,19 @@ class SessionChild:
                 log.info("session %s: stopping", self.session_id)
                 return
 
-    async def _cancel(self, turn_id: str) -> None:
-        # a turn cancelled before its run started is cancelled by _run_turn once it starts
+    def _cancel(self, turn_id: str) -> None:
+        # a turn cancelled before its run started is cancelled by _run_turn once it starts; once
+        # only (a second cancel would interrupt the cancelled turn's last writes)
+        if turn_id in self._cancelled:
+            return
         self._cancelled.add(turn_id)
-        if self.manager is not None and self._running_turn == turn_id:
-            await self.manager.cancel(self.session_id)
+        stream = self._streams.get(turn_id)
+        if stream is not None:
+            stream.cancel()
 
     async def _shutdown(self) -> None:
-        if self.manager is not None:
-            await self.manager.shutdown()  # a running turn ends with RunCancelled (partial output kept)
+        for turn_id in list(self._streams):  # a running turn ends with RunCancelled
+            self._cancel(turn_id)
         if self._turn is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._turn, 10)
@@ -1055,49 +1184,64 @@ class SessionChild:
         await self.send({"type": "event", "turn": turn_id, "event": event_to_json(event)})
 
     async def _run_turn(self, message: Mapping[str, Any], previous: asyncio.Task[None] | None) -> None:
-        assert self.manager is not None and self.engine is not None and self.memory is not None
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         turn_id = str(message.get("turn"))
-        text = str(message.get("text") or "")
-        thread_id = f"{self.session_id}:{turn_id}"
         if turn_id in self._cancelled:  # cancelled while it waited for the previous turn
+            self._cancelled.discard(turn_id)
             await self._send_event(turn_id, RunCancelled(self.session_id, ""))
             return
         try:
-            await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_USER, text)
-            self.engine.thread_id = thread_id
-            run = await self.manager.start_turn(
-                self.session_id, text, title=False, context=decode_context(message.get("context"))
-            )
-        except Exception as exc:
-            log.exception("session %s: the turn could not start", self.session_id)
-            await self._send_event(turn_id, RunFailed(f"{type(exc).__name__}: {exc}", self.session_id))
+            data = decode_message(message)
+        except (KeyError, TypeError, ValueError) as exc:
+            await self._send_event(turn_id, RunFailed(f"a malformed message: {exc}", self.session_id))
             return
-        self._running_turn = turn_id
-        if turn_id in self._cancelled:
-            self._background(self.manager.cancel(self.session_id))
+        stream = asyncio.create_task(self._stream(turn_id, data), name="session-turn-stream")
+        self._streams[turn_id] = stream
         try:
-            async for event in run.events():
-                if event is None:
-                    continue
-                if isinstance(
-                    event, TERMINAL_EVENTS
-                ):  # the files first: on disk when the final event arrives
-                    await self._finish_turn(event, thread_id)
-                await self._send_event(turn_id, event)
+            await asyncio.gather(stream, return_exceptions=True)
+            if stream.cancelled():  # cancelled before it began: nothing ran
+                await self._send_event(turn_id, RunCancelled(self.session_id, ""))
         finally:
-            self._running_turn = None
+            del self._streams[turn_id]
             self._cancelled.discard(turn_id)
 
-    async def _finish_turn(self, event: Event, thread_id: str) -> None:
+    async def _stream(self, turn_id: str, data: UserMessage) -> None:
+        """Run the turn on the engine and send its events, then exactly one final event (the files
+        first: on disk when the final event arrives)."""
+        assert self.runtime is not None and self.engine is not None and self.memory is not None
+        thread_id = f"{self.session_id}:{turn_id}"
+        reply = ReplyText()
+        final: Event | None = None
+        try:
+            if data.resume is None:
+                await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_USER, data.text)
+            self.engine.thread_id = thread_id
+            async with contextlib.aclosing(self.runtime.send_message(data)) as events:
+                async for event in events:
+                    reply.observe(event)
+                    if isinstance(event, RunWaiting):
+                        final = RunWaiting(self.session_id, reply.text, event.pending)
+                        break
+                    await self._send_event(turn_id, event)
+            final = final or RunFinished(reply.text, self.session_id)
+        except asyncio.CancelledError:
+            final = RunCancelled(self.session_id, reply.text)
+        except Exception as exc:
+            log.exception("session %s: the turn failed", self.session_id)
+            final = RunFailed(f"{type(exc).__name__}: {exc}", self.session_id)
+        await self._finish_turn(reply.text, thread_id if data.pause is None else None)
+        await self._send_event(turn_id, final)
+
+    async def _finish_turn(self, reply: str, thread_id: str | None) -> None:
         assert self.memory is not None
-        if isinstance(event, RunFinished | RunCancelled) and event.content:
+        if reply:
             try:
-                await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_ASSISTANT, event.content)
+                await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_ASSISTANT, reply)
             except OSError:
                 log.exception("session %s: could not save the reply to conversation.md", self.session_id)
-        await asyncio.to_thread(self._drop_older_threads, thread_id)
+        if thread_id is not None:
+            await asyncio.to_thread(self._drop_older_threads, thread_id)
 
     def _drop_older_threads(self, keep: str) -> None:
         """Delete the checkpoints of earlier turns: the newest checkpoint is the last turn's state."""
@@ -1108,11 +1252,6 @@ class SessionChild:
                 self.checkpointer.delete_thread(thread_id)
         except Exception:
             log.exception("session %s: could not prune old checkpoints", self.session_id)
-
-    def _background(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 async def _child_main() -> int:

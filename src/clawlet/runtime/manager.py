@@ -60,6 +60,9 @@ from clawlet.tools.ask_user import ASK_USER_TOOL
 log = logging.getLogger(__name__)
 
 AdapterFactory = Callable[[], RuntimeAdapter]
+RunObserver = Callable[["Run"], None]
+"""Called with every run a ``SessionManager`` starts (a turn or a continuation), as it is
+registered: follow it with :meth:`Run.events` (e.g. to forward its events elsewhere)."""
 
 
 class SessionBusy(Exception):
@@ -273,10 +276,12 @@ class SessionManager:
         settings: Settings,
         store: TranscriptStore,
         adapter_factories: dict[str, AdapterFactory],
+        on_run: RunObserver | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.adapter_factories = adapter_factories
+        self.on_run = on_run
         self.adapters: dict[str, RuntimeAdapter] = {}
         self.runs: dict[str, Run] = {}
         self._claims: dict[str, SessionClaim] = {}
@@ -416,7 +421,7 @@ class SessionManager:
                 ),
                 name=f"turn-{session_id}",
             )
-            self.runs[session_id] = run
+            self._register(run)
         return run
 
     async def resume(self, session_id: str, approval_id: str, decision: Decision) -> Run:
@@ -455,8 +460,13 @@ class SessionManager:
             run.task = asyncio.create_task(
                 self._drive(run, adapter, message, recorder, paused), name=f"turn-{session_id}"
             )
-            self.runs[session_id] = run
+            self._register(run)
         return run
+
+    def _register(self, run: Run) -> None:
+        self.runs[run.session_id] = run
+        if self.on_run is not None:
+            self.on_run(run)
 
     async def _drive(
         self,
@@ -569,6 +579,16 @@ class SessionManager:
             if adapter is not None:
                 await adapter.stop()
             await asyncio.to_thread(self.store.delete, session_id)
+
+    async def release(self, session_id: str) -> None:
+        """Stop the session's runtime (a running turn is cancelled first; what a waiting session
+        waits for is kept); its next turn starts a new one. The transcript stays."""
+        await self._wait_for_claims(session_id, starting_only=True)
+        if self.is_running(session_id):
+            await self.cancel(session_id)
+        adapter = self.adapters.pop(session_id, None)
+        if adapter is not None:
+            await adapter.stop()
 
     def snapshot(self) -> dict[str, Any]:
         return {sid: adapter.get_snapshot() for sid, adapter in self.adapters.items()}
