@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionForbidden, session_key
+from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionNotFound, session_key
 from clawlet.cluster.cp_cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
 from clawlet.cluster.cp_db import ControlPlaneStore, now_ms
 from clawlet.cluster.event_log import (
@@ -229,7 +229,7 @@ async def test_events_survive_a_control_plane_restart(tmp_path: Path, database_u
         again = cp.plane.issue_vm_credentials(ALICE)
         late = cp.plane.subscribe(ALICE, "s1", after=1)
         assert [(e["id"], e["seq"]) for e in await collect(late, 2, timeout=WAIT)] == [(2, 2), (3, 3)]
-        with pytest.raises(SessionForbidden):
+        with pytest.raises(SessionNotFound):  # Bob's "s1" would be Bob's own
             cp.plane.subscribe(BOB, "s1")
         # the execution plane replays what it was not sure of: stored once, the new one goes on
         ws = await cp.raw_connect(ALICE, again.token, again.ticket)
@@ -314,7 +314,8 @@ async def test_an_event_stored_by_another_instance_is_read_from_the_log(tmp_path
         await send_events(ws, "s1", "A", [1])
         # n = 2 arrives at another instance (an execution plane of another process that
         # reconnected there); this one is told only of n = 3
-        assert EventLog(other.engine).append(ALICE, "s1", "B", 1, {"kind": "TextDelta", "text": "B1"})
+        other_log = EventLog(other.engine)
+        assert other_log.append(ALICE, session_key(ALICE, "s1"), "B", 1, {"kind": "TextDelta", "text": "B1"})
         await send_events(ws, "s1", "A", [2])
         events = await collect(sub, 3, timeout=WAIT)
         assert [(e["id"], e["stream"], e["seq"]) for e in events] == [(1, "A", 1), (2, "B", 1), (3, "A", 2)]
@@ -344,7 +345,11 @@ async def test_an_event_the_database_cannot_take_now_is_sent_again(cp_harness: H
     events = await collect(sub, 3, timeout=WAIT)
     assert [(e["data"], e["seq"]) for e in events] == [("first", 1), ("second", 2), ("third", 3)]
     assert len(failures) == 1 and client.connects == 2
-    assert [e["data"] for e in cp.plane.event_log.read("s1", 0)] == ["first", "second", "third"]
+    assert [e["data"] for e in cp.plane.event_log.read(session_key(ALICE, "s1"), 0)] == [
+        "first",
+        "second",
+        "third",
+    ]
 
 
 async def test_an_event_whose_seq_no_bigint_holds_is_refused(cp_harness: Harness) -> None:
@@ -357,7 +362,7 @@ async def test_an_event_whose_seq_no_bigint_holds_is_refused(cp_harness: Harness
     refused = await recv_type(ws, "error")
     assert "positive 64-bit integer" in refused["error"]["message"]
     await send_events(ws, "s1", "A", [MAX_SEQ])  # the link is still up; the largest seq is stored
-    assert [e["seq"] for e in cp.plane.event_log.read("s1", 0)] == [MAX_SEQ]
+    assert [e["seq"] for e in cp.plane.event_log.read(session_key(ALICE, "s1"), 0)] == [MAX_SEQ]
 
 
 # -- transcripts ------------------------------------------------------------------------------------

@@ -43,13 +43,13 @@ from clawlet.cluster.control_plane import (
     ExecPlaneUnavailable,
     RequestContext,
     SessionEvent,
-    SessionForbidden,
     SessionNotFound,
     SessionNotRunning,
     TicketRedactingFilter,
     VmCredentials,
     create_control_plane_app,
     server_config,
+    session_key,
 )
 from clawlet.cluster.cp_db import (
     VERSION_TABLE,
@@ -238,6 +238,10 @@ async def test_handshake_sends_init_with_that_users_keys(
         "vm_id": alice.vm_id,
         "heartbeat_ack": True,
         "event_encoding": EVENT_ENCODING,
+        # the defaults of the sessions the execution plane starts itself (through its API)
+        "runtime_type": "semigraph",
+        "mcp_servers": [],
+        "skill_index": [],
     }
     assert init_b["api_keys"] == BOB_KEYS and init_b["user_id"] == BOB and "org_id" not in init_b
     assert a.api_keys == ALICE_KEYS
@@ -632,7 +636,9 @@ async def test_sessions_are_routed_to_their_users_exec_plane(cp: Harness) -> Non
     with pytest.raises(SessionNotRunning):
         await cp.plane.send_user_message(ALICE, "sa", {"content": "late"})
     await cp.plane.stop_session(ALICE, "sa")  # stopping twice is fine
-    assert [(s.id, s.status) for s in cp.plane.list_sessions(ALICE)] == [("sa", "stopped")]
+    assert [(s.id, s.status) for s in cp.plane.list_sessions(ALICE)] == [
+        (session_key(ALICE, "sa"), "stopped")
+    ]
     # a stopped session can be started again
     await cp.plane.start_session(ALICE, "sa", config)
     await until(lambda: len(plane_a.started) == 2)
@@ -647,15 +653,18 @@ async def test_one_user_can_never_reach_another_users_session(cp: Harness) -> No
     await until(lambda: plane_a.started)
     sub = cp.plane.subscribe(ALICE, "sa")
 
-    with pytest.raises(SessionForbidden):
+    # a session id names a session of the caller: Bob's "sa" is Bob's own, never Alice's
+    assert session_key(BOB, "sa") != session_key(ALICE, "sa")
+    with pytest.raises(ExecPlaneUnavailable):  # it would start on Bob's machine, which is away
         await cp.plane.start_session(BOB, "sa", {})
-    with pytest.raises(SessionForbidden):
-        await cp.plane.send_user_message(BOB, "sa", {"content": "hijack"})
-    with pytest.raises(SessionForbidden):
-        await cp.plane.cancel(BOB, "sa")
-    with pytest.raises(SessionForbidden):
-        await cp.plane.stop_session(BOB, "sa")
-    with pytest.raises(SessionForbidden):
+    for reach in (
+        lambda: cp.plane.send_user_message(BOB, "sa", {"content": "hijack"}),
+        lambda: cp.plane.cancel(BOB, "sa"),
+        lambda: cp.plane.stop_session(BOB, "sa"),
+    ):
+        with pytest.raises(SessionNotFound):
+            await reach()
+    with pytest.raises(SessionNotFound):
         cp.plane.subscribe(BOB, "sa")
     with pytest.raises(SessionNotFound):
         cp.plane.subscribe(ALICE, "nope")
@@ -665,16 +674,17 @@ async def test_one_user_can_never_reach_another_users_session(cp: Harness) -> No
         await cp.plane.start_session("carol", "sc", {})
     assert plane_a.messages == [] and plane_a.stopped == []
 
-    # Bob's execution plane cannot inject events, snapshots or requests into Alice's session
+    # Bob's execution plane cannot inject events or snapshots into Alice's session: what it sends
+    # for "sa" is Bob's own session "sa"
     ws = await cp.raw_connect(BOB, bob.token, bob.ticket)
     await recv_type(ws, "init")
     await ws.send(encode(sse_event_frame("sa", {"text": "injected"}, 1, "evil")))
     await ws.send(encode(fire_and_forget_frame("x1", "sa", "snapshot_sync", {"evil": True})))
-    await ws.send(encode(request_frame("r1", "sa", "memory_search", {"query": "tea", "top_k": 1})))
-    response = await recv_type(ws, "response")
-    assert response["id"] == "r1" and response["error"]["code"] == ERR_FORBIDDEN
     await settle(ws)
-    assert cp.plane.store.get_snapshot(BOB, "sa") is None and cp.plane.store.get_snapshot(ALICE, "sa") is None
+    assert cp.plane.store.get_snapshot(ALICE, "sa") is None
+    assert [e["data"] for e in await collect(cp.plane.subscribe(BOB, "sa", after=0), 1)] == [
+        {"text": "injected"}
+    ]
     await plane_a.client.send_sse_event("sa", {"text": "real"})
     assert [e["data"] for e in await collect(sub, 1)] == [{"text": "real"}]
 
@@ -693,11 +703,12 @@ async def test_sse_events_are_deduplicated_by_stream_session_and_seq(cp: Harness
     assert [e["data"] for e in events] == ["A1", "A2", "A3", "B1", "B2", "A5"]
     assert [e["id"] for e in events] == [1, 2, 3, 4, 5, 6]
     assert cp.plane.duplicate_events == 3
-    # events for a session nobody started are dropped
-    await ws.send(encode(sse_event_frame("unknown", "x", 1, "A")))
+    # events of a session the execution plane started itself (through its API) are recorded
+    await ws.send(encode(sse_event_frame("own", "x", 1, "A")))
     await settle(ws)
+    assert [e["data"] for e in await collect(cp.plane.subscribe(ALICE, "own", after=0), 1)] == ["x"]
     with pytest.raises(SessionNotFound):
-        cp.plane.subscribe(ALICE, "unknown")
+        cp.plane.subscribe(ALICE, "never-seen")
 
 
 async def test_a_lagging_subscriber_continues_from_the_event_log(tmp_path: Path) -> None:
