@@ -533,7 +533,10 @@ class ControlPlane:
         self.config = config
         self.data_dir = Path(config.data_dir).expanduser()
         self.store = store if store is not None else ControlPlaneStore.open(config.resolved_database_url)
-        self.store.mark_all_vms_disconnected()
+        if config.redis_url is None:
+            # the only instance: nobody holds a socket yet. (Instances sharing a broker leave the
+            # flags of each other's machines alone; presence records say who is connected.)
+            self.store.mark_all_vms_disconnected()
         self.event_log = EventLog(self.store.engine)
         """Sessions' events and transcripts (synchronous: call it from a thread in async code)."""
         self.tickets = TicketStore(
