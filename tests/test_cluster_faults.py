@@ -37,6 +37,7 @@ from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.cluster.offline import USAGE_QUEUE_FILE
 from clawlet.cluster.session_process import CHILD_MODULE, PROCESS_LOG
 from clawlet.cluster.session_template import TEMPLATE_MODULE
+from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import free_port, parse_sse
 
@@ -112,12 +113,24 @@ def llm_env(llm: ScriptedOpenAIServer) -> dict[str, str]:
     }
 
 
+def is_title_request(body: dict[str, Any]) -> bool:
+    """Whether a model request is the session title's (made by the exec plane's app after a first
+    turn; its usage is not a turn's, so no usage record is queued for it)."""
+    first = (body.get("messages") or [{}])[0]
+    return isinstance(first, dict) and _text(first.get("content")).startswith(TITLE_REQUEST_MARKER)
+
+
+def turn_requests(llm: ScriptedOpenAIServer) -> list[dict[str, Any]]:
+    """The model requests of the agents' turns so far (titles left out)."""
+    return [body for body in list(llm.requests) if not is_title_request(body)]
+
+
 def usage_of(llm: ScriptedOpenAIServer) -> tuple[int, int]:
-    """The tokens (in, out) the scripted model reported over all its requests so far."""
+    """The tokens (in, out) the scripted model reported over the turns' requests so far."""
     from clawlet.testing.scripted_openai import _estimate_tokens  # what the server reports
 
     tokens_in = tokens_out = 0
-    for body in list(llm.requests):
+    for body in turn_requests(llm):
         turn = scripted_reply(body)
         tokens_in += _estimate_tokens(body.get("messages", []))
         tokens_out += _estimate_tokens([turn.text, [call.arguments_json() for call in turn.tool_calls]])

@@ -37,7 +37,7 @@ from tests.conftest import free_port
 from tests.support.postgres import SKIP_REASON as NO_POSTGRES
 from tests.support.postgres import fresh_schema_url
 from tests.support.redis import HAVE_REDIS_SERVER, NO_REDIS_SERVER, RedisServer
-from tests.test_cluster_faults import gated_code, llm_env, scripted_reply
+from tests.test_cluster_faults import gated_code, llm_env, scripted_reply, turn_requests, usage_of
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
 pytestmark = [
@@ -312,15 +312,17 @@ def test_a_chat_through_the_other_instance_survives_a_kill_9_of_the_one_holding_
     ]
     assert len(answers) == 1, history["messages"]
 
-    # the usage of the turn's two model calls arrived once each, whatever was replayed
+    # the turn's usage (its two model calls) arrived once, whatever was replayed
     store = ControlPlaneStore.open(scaled.database_url)
     try:
 
-        def usage() -> list[dict[str, Any]]:
-            return [row for row in store.list_usage("alice") if row["session_id"] == "s1"]
+        def usage() -> tuple[int, int]:
+            rows = [row for row in store.list_usage("alice") if row["session_id"] == "s1"]
+            return sum(row["tokens_in"] for row in rows), sum(row["tokens_out"] for row in rows)
 
-        wait_for(lambda: len(usage()) >= len(llm.requests), "the turn's usage to arrive")
-        assert len(usage()) == len(llm.requests) == 2
+        expected = usage_of(llm)
+        assert len(turn_requests(llm)) == 2 and expected[0] > 0
+        wait_for(lambda: usage() == expected, f"the turn's usage {expected} to arrive (have {usage()})")
     finally:
         store.close()
 

@@ -118,6 +118,7 @@ from clawlet.cluster.protocol import (
     FF_SNAPSHOT_SYNC,
     FF_TRANSCRIPT_SYNC,
     FF_USAGE_REPORT,
+    HTTP_REQUEST,
     INIT_EVENT_ENCODING,
     INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
@@ -388,6 +389,8 @@ class _VmLink:
     vm_id: str
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
+    init_data: dict[str, Any] = field(default_factory=dict)
+    """What the last ``init`` on this link said (sent again when the user's settings change)."""
 
 
 EventReader = Callable[[int, int | None], Awaitable[list[SessionEvent]]]
@@ -562,7 +565,7 @@ class ControlPlane:
         self._closed = False
         self._pruning: asyncio.Task[None] | None = None
         self.broker: Broker = broker if broker is not None else broker_from_url(config.redis_url)
-        self.tunnel = TunnelRouter(self.broker, self._send_to_user)
+        self.tunnel = TunnelRouter(self.broker, self._send_tunnel_frame)
         self._started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -1042,18 +1045,10 @@ class ControlPlane:
             return None
         link = _VmLink(websocket, user.id, vm_id or f"vm-{user.id}")
         await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, user.id, True)
-        data: dict[str, Any] = {
-            "user_id": user.id,
-            "api_keys": dict(user.api_keys),
-            "vm_id": link.vm_id,
-            INIT_HEARTBEAT_ACK: True,
-            INIT_EVENT_ENCODING: EVENT_ENCODING,
-            **await asyncio.to_thread(self.session_config, user.id, {}),
-        }
-        if user.org_id:
-            data["org_id"] = user.org_id
+        data = await asyncio.to_thread(self._init_data, user, link.vm_id)
         try:
             await self._send(link, init_frame(data))
+            link.init_data = data
         except _LinkClosed:
             await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, user.id, False)
             return None
@@ -1072,6 +1067,41 @@ class ControlPlane:
             "ticket" if ticket else "reconnect",
         )
         return link
+
+    def _init_data(self, user: UserRecord, vm_id: str) -> dict[str, Any]:
+        """``init``'s data for ``user``'s machine: the user, API keys and protocol options, and the
+        defaults of the sessions the machine starts itself (:meth:`session_config` of ``{}``)."""
+        data: dict[str, Any] = {
+            "user_id": user.id,
+            "api_keys": dict(user.api_keys),
+            "vm_id": vm_id,
+            INIT_HEARTBEAT_ACK: True,
+            INIT_EVENT_ENCODING: EVENT_ENCODING,
+            **self.session_config(user.id, {}),
+        }
+        if user.org_id:
+            data["org_id"] = user.org_id
+        return data
+
+    async def _send_tunnel_frame(self, user_id: str, frame: Mapping[str, Any]) -> bool:
+        """A tunnel frame to ``user_id``'s machine. Before a request, ``init`` goes again when what
+        it says changed since it was sent (``set-runtime``, new API keys, a published skill: an
+        admin command in another process changes the database, and the request about to run must
+        see it)."""
+        link = self._links.get(user_id)
+        if link is None or link.closed:
+            return False
+        if frame.get("type") == HTTP_REQUEST:
+            user = await asyncio.to_thread(self.store.get_user, user_id)
+            if user is not None:
+                data = await asyncio.to_thread(self._init_data, user, link.vm_id)
+                if data != link.init_data:
+                    try:
+                        await self._send(link, init_frame(data))
+                    except _LinkClosed:
+                        return False
+                    link.init_data = data
+        return await self._send_to_user(user_id, frame)
 
     async def _unregister(self, link: _VmLink) -> None:
         link.closed = True
