@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -84,3 +85,42 @@ def test_the_inbox_signs_in_on_a_phone(new_mobile_page: Callable[..., Page], clu
     sign_in(phone, cluster.tokens["alice"])
     expect(phone.get_by_test_id("agent-grid")).to_be_visible()
     screenshot(phone, "cluster-inbox-alice")
+
+
+def test_a_tool_set_to_ask_is_approved_in_the_browser(
+    new_mobile_page: Callable[..., Page], cluster: LocalCluster
+) -> None:
+    """Issue 15: the approval card works in cluster mode as locally — the turn pauses on alice's
+    machine, the card comes through the control plane, Approve runs the command there once."""
+    token = cluster.tokens["alice"]
+    policy = httpx.put(
+        f"{cluster.base_url}/api/config/tool-approvals",
+        json={"policies": {"terminal": "ask"}},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=LIVE / 1000,
+    )
+    assert policy.status_code == 200, policy.text
+    target = cluster.data_dir / "exec-planes" / "alice" / "home" / "workspace" / "cluster-approved.txt"
+    page = new_mobile_page(**DESKTOP)
+    page.goto(cluster.base_url)
+    sign_in(page, token)
+    expect(page.get_by_test_id("model-label")).to_be_visible()
+    page.wait_for_load_state("networkidle")
+    page.get_by_test_id("new-session").click()
+    send(page, f"run: echo approved-in-cluster >> workspace/{target.name}")
+    card = page.get_by_test_id("approval-card")
+    expect(card).to_be_visible(timeout=LIVE)
+    expect(card.get_by_test_id("approval-tool")).to_have_text("terminal")
+    assert not target.exists(), "the command ran before it was approved"
+    card.get_by_test_id("approve-button").click()
+    expect(card.get_by_test_id("card-decision")).to_have_text("Approved", timeout=LIVE)
+    expect(page.get_by_test_id("assistant-bubble").last).to_contain_text("[demo]", timeout=LIVE)
+    expect(page.get_by_test_id("chat-input")).to_be_enabled(timeout=LIVE)
+    assert target.read_text(encoding="utf-8").splitlines() == ["approved-in-cluster"]
+    screenshot(page, "cluster-approval")
+    httpx.put(
+        f"{cluster.base_url}/api/config/tool-approvals",
+        json={"policies": {"terminal": "allow"}},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=LIVE / 1000,
+    )
