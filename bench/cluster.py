@@ -94,6 +94,7 @@ from clawlet.home import init_home
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.runtime.base import RunConfig, UserMessage
 from cluster_scale import ScaleResult, raise_fd_limit, run_scale, scale_failed, scale_report
+from profiles import enable_profiling, profile_report
 from support import ClawletProcess, clean_environ, free_port, percentile, process_cpu, smaps_rollup, uss_bytes
 
 ANSWER_WORDS = 60
@@ -1002,6 +1003,13 @@ def main(argv: list[str] | None = None) -> int:
         help="GET /api/sessions per instance for the scale figure's routing p50/p99 (100)",
     )
     parser.add_argument("--scale-only", action="store_true", help="only the scale figure")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="cProfile every clawlet server process (serve, control plane, exec planes, session processes) "
+        "into this directory and print each role's top functions at the end (slows them down)",
+    )
     parser.add_argument("--serve-llm", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_llm:
@@ -1027,6 +1035,8 @@ def main(argv: list[str] | None = None) -> int:
     # a plain `kill` also stops the servers (the finally blocks run)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    if args.profile is not None:
+        enable_profiling(args.profile)
     args.load_at_start = " ".join(f"{value:.1f}" for value in os.getloadavg())
     began = time.perf_counter()
     results: list[Result] = []
@@ -1057,6 +1067,8 @@ def main(argv: list[str] | None = None) -> int:
         start_report(starts, args.start_samples)
     if scaled is not None:
         scale_report(scaled)
+    if args.profile is not None:
+        profile_report(args.profile)
     failed = (
         bool(starts and starts.errors)
         or bool(scaled and scale_failed(scaled))
