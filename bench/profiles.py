@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import pstats
+import signal
+import time
 from pathlib import Path
 
 HOOK_DIR = Path(__file__).resolve().parent / "profiling"
@@ -59,3 +61,18 @@ def profile_report(directory: Path, top: int = 15) -> None:
         for func, (_primitive, calls, own, cumulative, _callers) in rows[:top]:
             share = own / busy * 100 if busy > 0 else 0.0
             print(f"  {own:>7.2f} {share:>5.1f}% {cumulative:>7.2f} {calls:>9}  {_label(func)}")
+
+
+def request_profiles(directory: Path, pids: list[int], timeout: float = 30.0) -> None:
+    """Make the profiled processes ``pids`` write what they have now (``SIGUSR1``), before they are
+    stopped (one killed on its way out would write nothing); waits until each has written."""
+    before = {pid: _mtime(directory, pid) for pid in pids}
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while any(_mtime(directory, pid) == before[pid] for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _mtime(directory: Path, pid: int) -> int:
+    return max((path.stat().st_mtime_ns for path in directory.glob(f"*-{pid}.prof")), default=0)
