@@ -15,13 +15,17 @@ One run starts, on loopback and fully offline, each in OS processes of its own:
 
 Both modes get the same model settings through their environment (``CLAWLET_PROVIDER=openai``,
 ``CLAWLET_LLM_BASE_URL`` / ``_MODEL`` / ``_API_KEY`` pointing at the scripted server; otherwise a
-clean environment, a throw-away home, a temporary working directory): the execution plane hands them
-to its session processes, and the control plane uses them for titles as ``clawlet serve`` does. Both
-modes make the very same LLM requests (the report counts them), so what differs is clawlet's path.
+clean environment, a throw-away home, a temporary working directory): the execution plane uses them
+for titles as ``clawlet serve`` does and hands them to its session processes. Both modes make the
+same LLM requests (the report counts them and their size), so what differs is clawlet's path.
 
 Every turn is ``POST /api/chat`` with the session's id (cluster mode: with the session's user's API
-token), its SSE stream read to the end; asyncio + one ``httpx.AsyncClient`` per phase. For each
-cluster configuration, next to the running local server:
+token), its SSE stream read to the end; asyncio + one ``httpx.AsyncClient`` per phase. In cluster
+mode that is the path users' requests take (cluster mode v2): the control plane forwards it through
+the tunnel (``http_request`` over ``/ws/vm``) to the user's exec plane, whose API app (local mode's)
+runs the turn in a session process and streams the answer back as ``http_body`` frames; the bench
+checks after the warm-up that the transcripts are in the exec planes' homes. For each cluster
+configuration, next to the running local server:
 
 1. **warm-up**: one session per user, ``--warmup`` turns (not counted; local once per run);
 2. **session start**: ``--sessions`` new sessions in each mode (cluster: round-robin over the
@@ -94,6 +98,7 @@ from clawlet.home import init_home
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.runtime.base import RunConfig, UserMessage
 from cluster_scale import ScaleResult, raise_fd_limit, run_scale, scale_failed, scale_report
+from profiles import enable_profiling, profile_report, request_profiles
 from support import ClawletProcess, clean_environ, free_port, percentile, process_cpu, smaps_rollup, uss_bytes
 
 ANSWER_WORDS = 60
@@ -702,6 +707,25 @@ IDLE = "idle: "
 # -- one configuration: a cluster next to the local server ------------------------------------------
 
 
+def check_exec_plane_path(data_dir: Path, names: list[str], label: str) -> None:
+    """The cluster's turns took the path users' requests take (cluster mode v2): HTTP to the control
+    plane, the tunnel, the user's exec plane's API app, which keeps the transcript in the exec plane's
+    home; the control plane keeps no copy of it (it did, in a home per user, before the tunnel).
+    Checked on the warm-up sessions."""
+    for index, name in enumerate(names):
+        transcript = data_dir / "exec-planes" / name / "home" / "sessions" / f"warm-{index}.json"
+        if not transcript.is_file():
+            raise RuntimeError(
+                f"{label}: no transcript of warm-{index} in {name}'s exec plane ({transcript})"
+            )
+        old_copy = data_dir / "control-plane" / "users" / name / "home" / "sessions" / f"warm-{index}.json"
+        if old_copy.exists():
+            raise RuntimeError(f"{label}: the control plane ran warm-{index} itself ({old_copy})")
+    progress(
+        f"{label}: the warm-up turns ran on the exec planes (their transcripts are in the exec planes' homes)"
+    )
+
+
 def run_config(tmp: Path, llm: LLMProcess, local: Target, users: int, args: argparse.Namespace) -> Result:
     """Start a cluster with ``users`` users, then measure it and the (running) local server side by
     side: session start of fresh sessions in each, then ``--rounds`` steady-state rounds, local and
@@ -740,6 +764,7 @@ def run_config(tmp: Path, llm: LLMProcess, local: Target, users: int, args: argp
             )
             if warm.errors:
                 raise RuntimeError(f"{label}: warm-up failed: {warm.errors[:3]}")
+            check_exec_plane_path(data_dir, names, label)
             local_sessions = [f"local{users}-{index:04d}" for index in range(args.sessions)]
             cluster_sessions = [f"bench-{index:04d}" for index in range(args.sessions)]
             local_start = run_phase(llm, local, target, local_sessions, 1, args.start_batch)
@@ -770,6 +795,8 @@ def run_config(tmp: Path, llm: LLMProcess, local: Target, users: int, args: argp
             print(f"--- {log.name} (tail) ---\n{tail}", file=sys.stderr)
         raise
     finally:
+        if args.profile is not None:
+            request_profiles(args.profile, [p.pid for p in cluster.processes.values() if p.poll() is None])
         cluster.stop()
     return Result(
         users,
@@ -1002,6 +1029,13 @@ def main(argv: list[str] | None = None) -> int:
         help="GET /api/sessions per instance for the scale figure's routing p50/p99 (100)",
     )
     parser.add_argument("--scale-only", action="store_true", help="only the scale figure")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="cProfile every clawlet server process (serve, control plane, exec planes, session processes) "
+        "into this directory and print each role's top functions at the end (slows them down)",
+    )
     parser.add_argument("--serve-llm", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_llm:
@@ -1027,6 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
     # a plain `kill` also stops the servers (the finally blocks run)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    if args.profile is not None:
+        enable_profiling(args.profile)
     args.load_at_start = " ".join(f"{value:.1f}" for value in os.getloadavg())
     began = time.perf_counter()
     results: list[Result] = []
@@ -1057,6 +1093,8 @@ def main(argv: list[str] | None = None) -> int:
         start_report(starts, args.start_samples)
     if scaled is not None:
         scale_report(scaled)
+    if args.profile is not None:
+        profile_report(args.profile)
     failed = (
         bool(starts and starts.errors)
         or bool(scaled and scale_failed(scaled))

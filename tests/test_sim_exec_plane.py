@@ -142,20 +142,28 @@ async def test_http_requests_are_answered_resumed_and_cancelled() -> None:
         assert json.loads(base64.b64decode(body["body"]))[0]["id"] == "sim-alice"
         assert sim.http_served == 1
 
-        await conn.send({"type": "http_resume", "id": "r1", "after": 0})  # the response and its body again
+        # the real tunnel's rules (clawlet.cluster.tunnel): `after` counts http_response as n = 0
+        await conn.send({"type": "http_resume", "id": "r1", "after": 0})  # the body again
         await plane.wait_for(lambda: len(of("http_body", "r1")) == 2)
-        await conn.send({"type": "http_resume", "id": "r1", "after": 1})  # the response only
-        await plane.wait_for(lambda: len(of("http_response", "r1")) == 3)
-        await conn.send(http_request("r1", "/api/sessions"))  # a repeat is not run again
+        await conn.send({"type": "http_resume", "id": "r1", "after": -1})  # the response and the body
+        await plane.wait_for(lambda: len(of("http_response", "r1")) == 2 and len(of("http_body", "r1")) == 3)
+        await conn.send(http_request("r1", "/api/sessions"))  # a repeat is not run again: resent
+        await plane.wait_for(lambda: len(of("http_response", "r1")) == 3 and len(of("http_body", "r1")) == 4)
+        await conn.send({"type": "http_resume", "id": "r9", "after": 2})  # unknown: a lost last frame
+        await plane.wait_for(lambda: of("http_body", "r9"))
+        assert of("http_body", "r9") == [
+            {"type": "http_body", "id": "r9", "n": 3, "body": "", "more": False, "lost": True}
+        ]
         await conn.send(http_request("r2", "/slow"))
         await until(lambda: len(seen) == 2, "the slow request to start")
-        await conn.send({"type": "http_cancel", "id": "r2"})
+        await conn.send({"type": "http_cancel", "id": "r2"})  # the app is told; an answer still ends it
         await until(lambda: sim.http_cancelled == 1, "the cancel")
         gate.set()
+        await plane.wait_for(lambda: of("http_body", "r2"))
         await conn.send(http_request("r3", "/nowhere"))
         await plane.wait_for(lambda: of("http_body", "r3"))
         assert of("http_response", "r3")[0]["status"] == 404
-        assert of("http_response", "r2") == [] and len(of("http_body", "r1")) == 2
+        assert len(of("http_body", "r1")) == 4 and sim.http_resumed == 3 and sim.http_served == 3
         assert [request.id for request in seen] == ["r1", "r2", "r3"]
         assert sim.errors == [] and sim.connected
         await sim.close()

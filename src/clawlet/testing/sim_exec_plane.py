@@ -11,30 +11,32 @@ them. What it measures:
 * whether it is still connected (a drop is not retried: it counts as a lost connection);
 * the HTTP requests it answered.
 
-HTTP over the WebSocket (cluster mode v2, "tunnel"): an ``http_request {id, method, path, query,
-headers, body}`` frame (``body`` base64) is answered with ``http_response {id, status, headers}``
-and one ``http_body {id, n: 1, body, more: false}``, made by ``handler`` (default
-:func:`default_handler`). The frames are kept (the last :data:`KEPT_RESPONSES`), so an
-``http_resume {id, after}`` sends the ``http_response`` again and the ``http_body`` frames numbered
-above ``after``;
-``http_cancel {id}`` stops a request still being answered. Anything else the control plane sends
-(``start_session``, …) is counted in :attr:`SimExecPlane.ignored` and otherwise ignored.
+HTTP over the WebSocket (cluster mode v2, "tunnel"): the ``http_request``, ``http_cancel`` and
+``http_resume`` frames go to a real :class:`clawlet.cluster.tunnel.TunnelServer`, the execution
+plane's own end of the tunnel, so they are answered exactly as ``clawlet exec-plane`` answers them
+(numbering, a repeated request resending what was answered, ``http_resume {after}`` resending the
+frames numbered above ``after``, a lost ``http_body`` for what it cannot resume, ``http_cancel``
+telling the app the client went away); only the app differs: instead of the user's local-mode API,
+``handler`` (default :func:`default_handler`) answers each request with one :class:`HttpReply`.
+Anything else the control plane sends (``start_session``, …) is counted in
+:attr:`SimExecPlane.ignored` and otherwise ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import random
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -45,7 +47,6 @@ from clawlet.cluster.protocol import (
     HEARTBEAT_INTERVAL,
     HTTP_CANCEL,
     HTTP_REQUEST,
-    HTTP_RESPONSE,
     HTTP_RESUME,
     INIT,
     INIT_HEARTBEAT_ACK,
@@ -59,9 +60,8 @@ from clawlet.cluster.protocol import (
     http_response_frame,
     parse_frame,
 )
+from clawlet.cluster.tunnel import TunnelServer
 
-KEPT_RESPONSES: Final = 64
-"""How many answered requests' frames a simulated plane keeps for ``http_resume``."""
 SIMULATED_HEADER: Final = "x-clawlet-simulated-exec-plane"
 """Header of :func:`default_handler`'s answers: the user id of the plane that answered."""
 
@@ -133,11 +133,16 @@ def parse_http_request(frame: Mapping[str, Any]) -> HttpRequest:
 
 
 def reply_frames(request_id: str, reply: HttpReply) -> list[dict[str, Any]]:
-    """``http_response`` then one ``http_body`` with ``more: false``."""
+    """``http_response`` then one ``http_body`` with ``more: false``: what the tunnel sends for
+    ``reply`` (tests compare with it)."""
     return [
         dict(http_response_frame(request_id, reply.status, list(reply.headers))),
         dict(http_body_frame(request_id, 1, reply.body, more=False)),
     ]
+
+
+_REQUEST: contextvars.ContextVar[HttpRequest] = contextvars.ContextVar("sim_http_request")
+"""The request the tunnel's task for it is running (set before the task is made; tasks copy it)."""
 
 
 @dataclass
@@ -167,8 +172,8 @@ class SimExecPlane:
     close_code: int | None = None
     _ws: ClientConnection | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    _requests: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    _kept: OrderedDict[str, list[dict[str, Any]]] = field(default_factory=OrderedDict)
+    _tunnel: TunnelServer | None = None
+    _answering: set[str] = field(default_factory=set)
     _pending_beats: dict[str, float] = field(default_factory=dict)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _closed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -204,6 +209,7 @@ class SimExecPlane:
                 await ws.close()
             raise
         self._ws = ws
+        self._tunnel = TunnelServer(self._app, self._send_frame)
         self._spawn(self._read())
         if self.init.get(INIT_HEARTBEAT_ACK):
             self._spawn(self._beat())
@@ -211,9 +217,11 @@ class SimExecPlane:
 
     async def close(self) -> None:
         """Close the socket and stop every task."""
-        tasks = list(self._tasks) + list(self._requests.values())
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
+        if self._tunnel is not None:
+            await self._tunnel.aclose()
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
@@ -233,6 +241,14 @@ class SimExecPlane:
         assert self._ws is not None
         async with self._send_lock:
             await self._ws.send(encode(frame))
+
+    async def _send_frame(self, frame: Mapping[str, Any]) -> bool:
+        """The tunnel's sender: ``False`` once the socket is closed."""
+        try:
+            await self._send(frame)
+        except ConnectionClosed:
+            return False
+        return True
 
     async def _beat(self) -> None:
         delay = self.first_heartbeat
@@ -271,43 +287,43 @@ class SimExecPlane:
             if sent is not None:
                 self.heartbeat_rtts.append(time.perf_counter() - sent)
         elif kind == HTTP_REQUEST:
+            assert self._tunnel is not None
             request = parse_http_request(frame)
-            if request.id in self._requests or request.id in self._kept:
-                return  # a repeat: answered (or being answered) once
-            self._requests[request.id] = asyncio.create_task(self._answer(request))
-        elif kind == HTTP_CANCEL:
-            task = self._requests.pop(str(frame.get("id")), None)
-            if task is not None:
-                task.cancel()
+            token = _REQUEST.set(request)
+            try:
+                self._tunnel.handle(frame)
+            finally:
+                _REQUEST.reset(token)
+        elif kind in (HTTP_CANCEL, HTTP_RESUME):
+            assert self._tunnel is not None
+            try:
+                parsed = parse_frame(frame)
+            except FrameError as exc:
+                raise ValueError(str(exc)) from None
+            if kind == HTTP_RESUME:
+                self.http_resumed += 1
+            elif str(frame["id"]) in self._answering:
                 self.http_cancelled += 1
-        elif kind == HTTP_RESUME:
-            after = frame.get("after")
-            kept = self._kept.get(str(frame.get("id")), [])
-            self.http_resumed += 1
-            seen = after if isinstance(after, int) else 0
-            for kept_frame in kept:
-                if kept_frame["type"] == HTTP_RESPONSE or int(kept_frame["n"]) > seen:
-                    await self._send(kept_frame)
+            self._tunnel.handle(parsed)
         elif kind == ERROR:
             self.errors.append(json.dumps(frame.get("error"))[:300])
         else:
             self.ignored[kind] = self.ignored.get(kind, 0) + 1
 
-    async def _answer(self, request: HttpRequest) -> None:
+    async def _app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app the tunnel runs a request through: ``handler``'s answer, in one body."""
+        request = _REQUEST.get()
+        self._answering.add(request.id)
         try:
             reply = self.handler(self.user_id, request)
             if inspect.isawaitable(reply):
                 reply = await reply
-            frames = reply_frames(request.id, reply)
-            self._kept[request.id] = frames
-            while len(self._kept) > KEPT_RESPONSES:
-                self._kept.popitem(last=False)
-            for frame in frames:
-                await self._send(frame)
-            self.http_served += 1
-        except ConnectionClosed:
-            pass
-        except Exception as exc:
+        except Exception as exc:  # the tunnel answers 500, as for a failing app
             self.errors.append(f"answering {request.method} {request.path}: {type(exc).__name__}: {exc}")
+            raise
         finally:
-            self._requests.pop(request.id, None)
+            self._answering.discard(request.id)
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in reply.headers]
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+        self.http_served += 1
