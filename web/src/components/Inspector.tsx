@@ -20,6 +20,7 @@ export function Inspector() {
   const [skills, setSkills] = useState<SkillsResponse | null>(null)
   const [path, setPath] = useState('memory/MEMORY.md')
   const [content, setContent] = useState('')
+  const [revision, setRevision] = useState(0) // bumped when a file's content is loaded into the editor
   const [saved, setSaved] = useState('')
   const [tokens, setTokens] = useState<number | null>(null)
   const [missing, setMissing] = useState(false)
@@ -53,6 +54,7 @@ export function Inspector() {
       .then((file) => {
         if (!live) return
         setContent(file.content)
+        setRevision((r) => r + 1)
         setSaved(file.content)
         setTokens(file.tokens)
         setMissing(false)
@@ -60,6 +62,7 @@ export function Inspector() {
       .catch((error: unknown) => {
         if (!live) return
         setContent('')
+        setRevision((r) => r + 1)
         setSaved('')
         setTokens(0)
         if (error instanceof ApiError && error.status === 404) setMissing(true)
@@ -70,10 +73,11 @@ export function Inspector() {
     }
   }, [path, actions])
 
-  const save = useCallback(async () => {
+  const save = useCallback(async (text: string = content) => {
     try {
-      const result = await api.saveFile(path, content)
-      setSaved(content)
+      const result = await api.saveFile(path, text)
+      setContent(text)
+      setSaved(text)
       setTokens(result.tokens)
       setMissing(false)
       actions.notify({ kind: 'info', text: t('saved', { path: result.path }) })
@@ -122,8 +126,8 @@ export function Inspector() {
           {dirty && <span className="dirty" data-testid="dirty-marker">● {t('unsaved')}</span>}
           {missing && <span className="muted">{t('fileMissing')}</span>}
         </div>
-        <MonacoEditor path={path} value={content} theme={state.theme}
-          onChange={setContent} onSave={() => void save()} />
+        <MonacoEditor path={path} value={content} revision={revision} theme={state.theme}
+          onChange={setContent} onSave={(text) => void save(text)} />
       </div>
       {tab === 'approvals' && <ApprovalPolicies />}
       {tab === 'skills' && (

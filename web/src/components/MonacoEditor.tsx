@@ -8,12 +8,16 @@ import EditorWorker from 'monaco-editor/editor/editor.worker.js?worker'
 const scope = self as unknown as { MonacoEnvironment?: { getWorker: () => Worker } }
 scope.MonacoEnvironment = { getWorker: () => new EditorWorker() }
 
+// `value` is put into the editor only when `path` or `revision` changes (a file was loaded): the
+// editor owns its text while the user types. Echoing every onChange back as `value` would reset the
+// text (and move the cursor to the start) whenever React renders an older value after newer keystrokes.
 export function MonacoEditor(props: {
   path: string
   value: string
+  revision: number
   theme: 'light' | 'dark'
   onChange: (value: string) => void
-  onSave: () => void
+  onSave: (value: string) => void
 }) {
   const host = useRef<HTMLDivElement>(null)
   const editor = useRef<monaco.editor.IStandaloneCodeEditor | null>(null)
@@ -37,7 +41,8 @@ export function MonacoEditor(props: {
       const value = instance.getValue()
       if (value !== applying.current) handlers.current.onChange(value)
     })
-    instance.addCommand(monaco.KeyMod.CtrlCmd | monaco.KeyCode.KeyS, () => handlers.current.onSave())
+    // the editor's own text: the last keystrokes may not have reached the parent's state yet
+    instance.addCommand(monaco.KeyMod.CtrlCmd | monaco.KeyCode.KeyS, () => handlers.current.onSave(instance.getValue()))
     editor.current = instance
     return () => {
       instance.getModel()?.dispose()
@@ -47,13 +52,15 @@ export function MonacoEditor(props: {
   }, [])
 
   const applying = useRef<string | null>(null)
+  const value = useRef(props.value)
+  value.current = props.value
   useEffect(() => {
     const instance = editor.current
-    if (!instance || instance.getValue() === props.value) return
-    applying.current = props.value
-    instance.setValue(props.value)
+    if (!instance || instance.getValue() === value.current) return
+    applying.current = value.current
+    instance.setValue(value.current)
     applying.current = null
-  }, [props.value, props.path])
+  }, [props.revision, props.path])
 
   useEffect(() => {
     monaco.editor.setTheme(props.theme === 'dark' ? 'vs-dark' : 'vs')
