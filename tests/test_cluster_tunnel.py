@@ -242,3 +242,22 @@ async def test_a_request_at_one_instance_is_answered_by_the_exec_plane_at_anothe
         await front.aclose()
         await holder.aclose()
         await exec_plane.aclose()
+
+
+def test_the_exec_planes_response_headers_cannot_set_cookies_on_the_shared_origin() -> None:
+    from clawlet.cluster.api_proxy import response_headers
+
+    sent = response_headers(
+        [
+            ("Content-Type", "application/json"),
+            ("Set-Cookie", "session=evil; Path=/"),
+            ("Connection", "keep-alive"),
+            ("X-Content-Type-Options", "off"),
+            ("X-Mine", "yes"),
+        ]
+    )
+    assert sent == [
+        (b"content-type", b"application/json"),
+        (b"x-mine", b"yes"),
+        (b"x-content-type-options", b"nosniff"),
+    ]

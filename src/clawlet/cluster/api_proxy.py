@@ -41,6 +41,9 @@ MAX_BODY: Final = 32 * 1024 * 1024
 OFFLINE_HEADER: Final = "x-clawlet-exec-plane"
 SESSIONS_PATH: Final = "/api/sessions"
 HISTORY_PATH: Final = re.compile(r"^/api/sessions/(?P<session_id>[^/]+)/history$")
+DROPPED_RESPONSE_HEADERS: Final = frozenset(
+    {"set-cookie", "connection", "keep-alive", "transfer-encoding", "upgrade", "x-content-type-options"}
+)
 TOO_LARGE: Final = b"\0too large"
 """What :meth:`TunnelProxy._read_body` returns for a body over the limit (compared by identity)."""
 
@@ -117,9 +120,7 @@ class TunnelProxy:
                     if started:
                         continue
                     started = True
-                    raw = [
-                        (name.encode("latin-1"), value.encode("latin-1")) for name, value in frame["headers"]
-                    ]
+                    raw = response_headers(frame["headers"])
                     await send({"type": "http.response.start", "status": frame["status"], "headers": raw})
                     continue
                 if not started:
@@ -159,6 +160,18 @@ class TunnelProxy:
             "(the session list and histories are readable meanwhile)"
         )
         return refusal(path, 503, "exec_plane_offline", message)
+
+
+def response_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """The execution plane's response headers as this server sends them: no cookies (the control
+    plane's origin is shared by every user), no hop-by-hop headers, and ``nosniff`` always, so an
+    answer is never taken for a page to run."""
+    kept = [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in headers
+        if name.lower() not in DROPPED_RESPONSE_HEADERS
+    ]
+    return [*kept, (b"x-content-type-options", b"nosniff")]
 
 
 def session_summary(item: dict[str, Any]) -> dict[str, Any]:
