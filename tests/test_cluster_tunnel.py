@@ -261,3 +261,48 @@ def test_the_exec_planes_response_headers_cannot_set_cookies_on_the_shared_origi
         (b"x-mine", b"yes"),
         (b"x-content-type-options", b"nosniff"),
     ]
+
+
+async def test_a_gap_in_the_frames_is_filled_by_a_resume_in_order() -> None:
+    """Frames may reach the requester out of order when the socket just moved to another instance
+    (what it sent before that instance carried the request is dropped there): the requester asks
+    once for everything after the last frame it has, and yields the answer in order."""
+    hub = LocalHub()
+    front, holder = LocalBroker(hub=hub), LocalBroker(hub=hub)
+    await front.start()
+    await holder.start()
+    router = TunnelRouter(front, lambda user, frame: asyncio.sleep(0, False), grace=5, poll_seconds=0.05)
+    await router.start()
+    resumes: list[int] = []
+    listening = asyncio.Event()
+
+    async def serve() -> None:
+        async with holder.subscribe(f"instance.{holder.instance_id}") as messages:
+            listening.set()
+            async for message in messages:
+                reply, frame = message["reply"], message["frame"]
+                if message["op"] == "request":
+                    await holder.publish(
+                        reply, {"type": "http_response", "id": frame["id"], "status": 200, "headers": []}
+                    )
+                    await holder.publish(reply, dict(http_body_frame(frame["id"], 2, b"two;", more=False)))
+                elif message["op"] == "resume":
+                    resumes.append(frame["after"])
+                    await holder.publish(reply, dict(http_body_frame(frame["id"], 1, b"one;", more=True)))
+                    await holder.publish(reply, dict(http_body_frame(frame["id"], 2, b"two;", more=False)))
+
+    serving = asyncio.create_task(serve())
+    try:
+        await asyncio.wait_for(listening.wait(), DEADLINE)
+        await holder.claim("alice")
+        async with asyncio.timeout(DEADLINE):
+            frames = [
+                f async for f in router.exchange("alice", http_request_frame("g1", "GET", "/x", "", [], b""))
+            ]
+        assert [f.get("n", 0) for f in frames] == [0, 1, 2]
+        assert bodies([dict(f) for f in frames]) == "one;two;" and resumes == [0]
+    finally:
+        serving.cancel()
+        await router.aclose()
+        await holder.aclose()
+        await front.aclose()

@@ -182,6 +182,7 @@ class TunnelRouter:
         if holder is None:
             raise ExecPlaneOffline(user_id)
         last_n, finished = -1, False
+        asked_after: int | None = None
         async with self.broker.subscribe(reply_channel(request_id)) as replies:
             await self._to_instance(holder, "request", user_id, request)
             frames = replies.__aiter__()
@@ -215,6 +216,16 @@ class TunnelRouter:
                     n = frame["n"] if frame["type"] == "http_body" else 0
                     if n <= last_n:
                         continue  # a repeat (resumed, or carried twice)
+                    if n > last_n + 1 and not (n == 1 and last_n == -1 and frame.get("lost")):
+                        # a gap: frames went where nobody carried this request yet (the socket had
+                        # just moved) or the broker dropped them. Ask for everything after the last
+                        # one in order, once per gap; what came out of order comes again.
+                        if asked_after != last_n:
+                            asked_after = last_n
+                            await self._to_instance(
+                                holder, "resume", user_id, http_resume_frame(request_id, last_n)
+                            )
+                        continue
                     last_n = n
                     finished = frame["type"] == "http_body" and not frame["more"]
                     yield frame
