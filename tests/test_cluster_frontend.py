@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clawlet.cluster.control_plane import ControlPlane, resolve_runtime_type
-from clawlet.cluster.cp_cli import build_config
+from clawlet.controlplane.cli import build_config
+from clawlet.controlplane.server import ControlPlane, resolve_runtime_type
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The HTTP tunnel's ends (clawlet.cluster.tunnel on the execution plane, clawlet.cluster.http_routing
+"""The HTTP tunnel's ends (clawlet.cluster.tunnel on the execution plane, clawlet.controlplane.routing
 on the control plane) and its frames, in-process: a real ASGI app answers, real brokers route.
 
 The whole path over real sockets and processes is in tests/test_cluster_e2e.py (one instance) and
@@ -17,8 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from clawlet.cluster.broker import LocalBroker, LocalHub
-from clawlet.cluster.http_routing import ExecPlaneOffline, TunnelRouter
 from clawlet.cluster.protocol import (
     FrameError,
     decode,
@@ -29,6 +27,8 @@ from clawlet.cluster.protocol import (
     http_resume_frame,
 )
 from clawlet.cluster.tunnel import TunnelServer
+from clawlet.controlplane.broker import LocalBroker, LocalHub
+from clawlet.controlplane.routing import ExecPlaneOffline, TunnelRouter
 
 DEADLINE = 30.0
 

@@ -1,4 +1,4 @@
-"""The control plane (clawlet.cluster.control_plane) against the real execution-plane client.
+"""The control plane (clawlet.controlplane.server) against the real execution-plane client.
 
 A real uvicorn server runs the control plane's app on 127.0.0.1 in the test's event loop, and the
 execution planes are real :class:`~clawlet.cluster.client.ControlPlaneClient` instances (plus a raw
@@ -29,37 +29,12 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from clawlet.cluster.auth import TicketRejected, TicketStore, issue_vm_token
 from clawlet.cluster.client import (
     ControlPlaneClient,
     ControlPlaneError,
     ControlPlaneRefused,
     connect_url,
 )
-from clawlet.cluster.control_plane import (
-    CLOSE_REPLACED,
-    ControlPlane,
-    ControlPlaneConfig,
-    ExecPlaneUnavailable,
-    RequestContext,
-    SessionEvent,
-    SessionNotFound,
-    SessionNotRunning,
-    TicketRedactingFilter,
-    VmCredentials,
-    create_control_plane_app,
-    server_config,
-    session_key,
-)
-from clawlet.cluster.cp_db import (
-    VERSION_TABLE,
-    ControlPlaneStore,
-    SkillPackageExists,
-    SqlTicketBackend,
-    UserExists,
-    current_revision,
-)
-from clawlet.cluster.cp_userdata import InvalidUserId
 from clawlet.cluster.offline import USAGE_QUEUE_FILE, DiskQueue
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
@@ -76,6 +51,31 @@ from clawlet.cluster.protocol import (
     sse_event_frame,
 )
 from clawlet.cluster.skill_cache import SkillPackageCache, parse_package
+from clawlet.controlplane.auth import TicketRejected, TicketStore, issue_vm_token
+from clawlet.controlplane.db import (
+    VERSION_TABLE,
+    ControlPlaneStore,
+    SkillPackageExists,
+    SqlTicketBackend,
+    UserExists,
+    current_revision,
+)
+from clawlet.controlplane.server import (
+    CLOSE_REPLACED,
+    ControlPlane,
+    ControlPlaneConfig,
+    ExecPlaneUnavailable,
+    RequestContext,
+    SessionEvent,
+    SessionNotFound,
+    SessionNotRunning,
+    TicketRedactingFilter,
+    VmCredentials,
+    create_control_plane_app,
+    server_config,
+    session_key,
+)
+from clawlet.controlplane.userdata import InvalidUserId
 from clawlet.inbox.db import VERSION_TABLE as INBOX_VERSION_TABLE
 from clawlet.inbox.db import migrate as migrate_inbox
 from tests.conftest import free_port

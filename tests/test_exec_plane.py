@@ -28,7 +28,6 @@ import pytest
 from clawlet import secret_env
 from clawlet.cli import main as cli_main
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneUnavailable
-from clawlet.cluster.events import EventSink, forward_event, seed_event, to_seed_event
 from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
 from clawlet.cluster.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
 from clawlet.cluster.session_process import (
@@ -41,6 +40,7 @@ from clawlet.cluster.session_process import (
     start_slots,
 )
 from clawlet.config import Settings
+from clawlet.controlplane.seed_events import EventSink, forward_event, seed_event, to_seed_event
 from clawlet.events import (
     ApprovalRequested,
     Event,

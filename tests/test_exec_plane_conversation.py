@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from clawlet.cluster.client import ControlPlaneClient
-from clawlet.cluster.events import seed_event
 from clawlet.cluster.exec_plane import ExecPlane
 from clawlet.cluster.session_process import ProcessOptions, ProcessSessionAdapter
 from clawlet.config import RuntimeConfig, Settings
+from clawlet.controlplane.seed_events import seed_event
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.compression import SUMMARY_REQUEST_MARKER
 from clawlet.events import ApprovalRequested, event_from_json

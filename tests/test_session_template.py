@@ -21,11 +21,11 @@ import pytest
 
 from clawlet.cluster import session_template
 from clawlet.cluster.client import ControlPlaneClient
-from clawlet.cluster.events import seed_event
 from clawlet.cluster.exec_plane import ExecPlane
 from clawlet.cluster.session_process import EXIT_UNKNOWN, ProcessOptions, ProcessSessionAdapter, describe_exit
 from clawlet.cluster.session_template import SessionTemplate, TemplateChild, template_supported
 from clawlet.config import Settings
+from clawlet.controlplane.seed_events import seed_event
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.support.scripted_control_plane import ScriptedControlPlane
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from clawlet.cluster.control_plane import ControlPlane
-from clawlet.cluster.cp_cli import build_config
 from clawlet.cluster.local_cluster import LocalCluster
+from clawlet.controlplane.cli import build_config
+from clawlet.controlplane.server import ControlPlane
 from clawlet.testing.sim_exec_plane import (
     SIMULATED_HEADER,
     HttpReply,

@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where sessions, memory and caches live (default: <home>/exec-plane)",
     )
-    from clawlet.cluster import cp_cli, local_cluster
+    from clawlet.cluster import local_cluster
+    from clawlet.controlplane import cli as cp_cli
 
     cp_cli.add_parser(sub)
     local_cluster.add_parser(sub)
@@ -273,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "exec-plane":
         return cmd_exec_plane(settings, args.state_dir)
     if args.command == "control-plane":
-        from clawlet.cluster import cp_cli
+        from clawlet.controlplane import cli as cp_cli
 
         return cp_cli.run(args, settings)
     if args.command == "cluster":

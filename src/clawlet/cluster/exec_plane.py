@@ -38,7 +38,7 @@ The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
 * ``user_message`` (``data.content``, or the seed's ``data.message``) runs one turn through
   ``api_app``'s ``SessionManager`` (no title is generated); the turn's events go out as they are,
   each an ``sse_event`` frame holding the clawlet event's JSON encoding
-  (:mod:`clawlet.cluster.events`); its token usage also as ``usage_report``. ``data.approval_mode``
+  (:mod:`clawlet.controlplane.seed_events`); its token usage also as ``usage_report``. ``data.approval_mode``
   (``deny`` by default, ``ask``, ``allow``) says what the turn does with tools whose approval policy
   is ``ask``: with ``ask`` it may end waiting (``RunWaiting``), and the decision comes as an HTTP
   request to ``api_app`` (``POST /api/sessions/{id}/approvals/{approval_id}``).
@@ -139,7 +139,6 @@ from fastapi import FastAPI
 
 from clawlet.api.app import create_app
 from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
-from clawlet.cluster.events import forward_event
 from clawlet.cluster.openclaw_bridge import (
     BridgeOptions,
     BridgeSpec,
@@ -172,6 +171,7 @@ from clawlet.cluster.skill_cache import (
 )
 from clawlet.cluster.tunnel import TunnelServer
 from clawlet.config import Settings
+from clawlet.controlplane.seed_events import forward_event
 from clawlet.engine.agent import AgentEngine
 from clawlet.engine.approvals import Decision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext

@@ -48,7 +48,7 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   control plane drops an event whose ``seq`` is not above the last one it saw for the same
   ``(stream, session_id)``**; a jump in ``seq`` means the client's bounded buffer dropped events.
 * ``sse_event.data``: one clawlet event of the session's run in its JSON encoding (``{kind, …}``,
-  :func:`clawlet.events.event_to_json`; :mod:`clawlet.cluster.events`), not one of the seed's SSE
+  :func:`clawlet.events.event_to_json`; :mod:`clawlet.controlplane.seed_events`), not one of the seed's SSE
   events: the control plane gives events the seed's names only at its
   ``/api/cluster/sessions/{id}/events`` edge. ``init``'s ``event_encoding`` names the encoding's
   version (:data:`INIT_EVENT_ENCODING`).
