@@ -1,4 +1,4 @@
-"""The execution plane's control-plane client (clawlet.cluster.client) against a scripted control plane.
+"""The execution plane's control-plane client (clawlet.execplane.client) against a scripted control plane.
 
 Everything runs on loopback with tiny timeouts and backoff; the control plane is
 ``tests/support/scripted_control_plane.py`` (a real websockets server using clawlet.controlplane.auth).
@@ -18,17 +18,6 @@ from typing import Any
 
 import pytest
 
-from clawlet.cluster.client import (
-    ControlPlaneClient,
-    ControlPlaneError,
-    ControlPlaneRefused,
-    ControlPlaneUnavailable,
-    RequestLost,
-    RequestTimeout,
-    connect_url,
-    safe_url,
-)
-from clawlet.cluster.offline import USAGE_QUEUE_FILE, DiskQueue, ReplayBuffer
 from clawlet.cluster.protocol import (
     ERR_PROTOCOL_MISMATCH,
     ERR_TICKET_REJECTED,
@@ -49,6 +38,17 @@ from clawlet.cluster.protocol import (
     still_pending,
 )
 from clawlet.controlplane.auth import TicketStore
+from clawlet.execplane.client import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    ControlPlaneRefused,
+    ControlPlaneUnavailable,
+    RequestLost,
+    RequestTimeout,
+    connect_url,
+    safe_url,
+)
+from clawlet.execplane.offline import USAGE_QUEUE_FILE, DiskQueue, ReplayBuffer
 from tests.support.scripted_control_plane import NEVER, Reply, ScriptedControlPlane
 
 USER = "user-1"

@@ -1,4 +1,4 @@
-"""The HTTP tunnel's ends (clawlet.cluster.tunnel on the execution plane, clawlet.controlplane.routing
+"""The HTTP tunnel's ends (clawlet.execplane.tunnel on the execution plane, clawlet.controlplane.routing
 on the control plane) and its frames, in-process: a real ASGI app answers, real brokers route.
 
 The whole path over real sockets and processes is in tests/test_cluster_e2e.py (one instance) and
@@ -26,9 +26,9 @@ from clawlet.cluster.protocol import (
     http_request_frame,
     http_resume_frame,
 )
-from clawlet.cluster.tunnel import TunnelServer
 from clawlet.controlplane.broker import LocalBroker, LocalHub
 from clawlet.controlplane.routing import ExecPlaneOffline, TunnelRouter
+from clawlet.execplane.tunnel import TunnelServer
 
 DEADLINE = 30.0
 

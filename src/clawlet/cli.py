@@ -165,14 +165,14 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
     ``VM_TICKET`` are held in memory: see :mod:`clawlet.secret_env`)."""
     from pathlib import Path
 
-    from clawlet.cluster.client import (
+    from clawlet.execplane.client import (
         ENV_CONTROL_PLANE_WS,
         ENV_USER_ID,
         ENV_VM_TICKET,
         ENV_VM_TOKEN,
         safe_url,
     )
-    from clawlet.cluster.exec_plane import run_exec_plane
+    from clawlet.execplane.daemon import run_exec_plane
     from clawlet.logs import configure_logging
     from clawlet.secret_env import ENVIRON_WITH_SECRETS as environ
 

@@ -58,7 +58,7 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   finished with an error) and ``{status:"pending"}`` (still running: its ``response`` will follow on the
   new connection). An id missing from ``results``, or any other status, counts as ``lost``.
 
-**The HTTP tunnel** (a clawlet extension; :mod:`clawlet.cluster.tunnel`): every request a user makes
+**The HTTP tunnel** (a clawlet extension; :mod:`clawlet.execplane.tunnel`): every request a user makes
 to the control plane's API is run by the execution plane's own local-mode app. ``http_request`` carries
 it (``headers`` a list of ``[name, value]`` pairs, ``body`` base64, ``id`` chosen by the control
 plane); the answer is one ``http_response`` (status, headers) and ``http_body`` frames numbered ``n``

@@ -31,8 +31,8 @@ from starlette.types import Receive, Scope, Send
 
 from clawlet.api.origin_guard import refusal
 from clawlet.cluster.protocol import HttpFrame, frame_body, http_request_frame
-from clawlet.cluster.tunnel import header_pairs
 from clawlet.controlplane.routing import ExecPlaneOffline, TunnelRouter
+from clawlet.execplane.tunnel import header_pairs
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ the ``data`` of an ``sse_event`` frame is the event's JSON encoding
 (:func:`clawlet.events.event_to_json`, ``{kind: "TextDelta", text}`` …), the same encoding a session
 process uses on its pipe (:func:`forward_event`). The control plane keeps it in the session's event log and
 replays it unchanged (the workbench, the inbox, ``/v1`` and ``/api/agent`` do not need it: their
-requests run on the execution plane's own local-mode app, :mod:`clawlet.cluster.tunnel`). ``Usage``
+requests run on the execution plane's own local-mode app, :mod:`clawlet.execplane.tunnel`). ``Usage``
 also goes out as a ``fire_and_forget usage_report`` (queued on disk while disconnected: the usage
 tables are filled from those, once each). The version of this encoding is
 :data:`~clawlet.cluster.protocol.EVENT_ENCODING`, named in ``init``
@@ -81,7 +81,7 @@ QUESTION: Final = "question"
 
 
 class EventSink(Protocol):
-    """What :func:`forward_event` needs of :class:`~clawlet.cluster.client.ControlPlaneClient`."""
+    """What :func:`forward_event` needs of :class:`~clawlet.execplane.client.ControlPlaneClient`."""
 
     async def send_sse_event(self, session_id: str, data: Any) -> int: ...
 

@@ -2,7 +2,7 @@
 
 :class:`ControlPlane` is the service; :func:`create_control_plane_app` puts it in a FastAPI app
 serving the ``/ws/vm`` WebSocket of :mod:`clawlet.cluster.protocol` (the other side is
-:class:`clawlet.cluster.client.ControlPlaneClient`).
+:class:`clawlet.execplane.client.ControlPlaneClient`).
 
 **Connecting.** An execution plane opens ``/ws/vm?user_id=<id>[&ticket=<ticket>]`` and must send
 ``auth {token}`` within ``auth_timeout`` seconds. The JWT is verified (PyJWT, HS256 pinned, every
@@ -123,13 +123,6 @@ from clawlet.cluster.protocol import (
     stop_session_frame,
     user_message_frame,
 )
-from clawlet.cluster.skill_cache import (
-    LATEST,
-    SKILL_MD,
-    SkillUnavailable,
-    parse_package,
-    validate_skill_id,
-)
 from clawlet.controlplane.auth import (
     MIN_SECRET_BYTES,
     TicketRejected,
@@ -159,6 +152,13 @@ from clawlet.controlplane.userdata import (
     McpCallError,
     UserMcpServers,
     check_user_id,
+)
+from clawlet.execplane.skill_cache import (
+    LATEST,
+    SKILL_MD,
+    SkillUnavailable,
+    parse_package,
+    validate_skill_id,
 )
 from clawlet.memory.embeddings import EmbeddingClient
 from clawlet.skills.scanner import SkillError, skill_summary

@@ -38,7 +38,6 @@ from typing import Any, Final
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from clawlet.cluster.client import check_event_encoding, connect_url
 from clawlet.cluster.protocol import (
     ERROR,
     HEARTBEAT,
@@ -59,6 +58,7 @@ from clawlet.cluster.protocol import (
     http_response_frame,
     parse_frame,
 )
+from clawlet.execplane.client import check_event_encoding, connect_url
 
 KEPT_RESPONSES: Final = 64
 """How many answered requests' frames a simulated plane keeps for ``http_resume``."""

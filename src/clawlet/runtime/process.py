@@ -1,7 +1,7 @@
 """One OS process per exec-plane session (seed 001 §1, §4.3, §4.10): the child that runs clawlet's
 engine for the session, and :class:`ProcessSessionAdapter`, the parent's ``RuntimeAdapter`` for it.
 
-**Process model.** The parent starts ``<python> -m clawlet.cluster.session_process`` with
+**Process model.** The parent starts ``<python> -m clawlet.runtime.process`` with
 ``asyncio.create_subprocess_exec`` and talks to it in JSON lines over the child's stdin and stdout.
 A fresh interpreter rather than ``multiprocessing``: nothing of the daemon (its event loop, its
 WebSocket, the JWT in its memory and environment) is inherited, the child is an ordinary process the
@@ -45,7 +45,7 @@ history, context, pause point and decision the exec plane's ``SessionManager`` g
 a pure runtime and keeps no transcript (the one transcript is the exec plane's, in the home's
 ``sessions/``), so a turn that pauses for an approval is continued by whichever process gets the
 decision. The session's short-term memory
-(:class:`~clawlet.cluster.session_memory.SessionMemory`, ``<session dir>/memory/``) gets the user
+(:class:`~clawlet.execplane.session_memory.SessionMemory`, ``<session dir>/memory/``) gets the user
 message before the turn and the assistant's reply (also a partial one) before the turn's final
 event goes out. Every LangGraph step of a turn that cannot pause is checkpointed by
 :class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under ``<session dir>/checkpoints/``: the
@@ -87,7 +87,6 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
 from clawlet.cluster.protocol import MAX_FRAME_BYTES
-from clawlet.cluster.session_memory import SessionMemory
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
 from clawlet.engine.approvals import Decision, PausePoint, Resume, check_decision
@@ -106,6 +105,7 @@ from clawlet.events import (
     event_from_json,
     event_to_json,
 )
+from clawlet.execplane.session_memory import SessionMemory
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.engine_adapter import EngineAdapter
@@ -113,9 +113,9 @@ from clawlet.secret_env import held_secrets, hold_secrets, is_secret_name
 from clawlet.tools.base import ToolError
 
 if TYPE_CHECKING:
-    from clawlet.cluster.session_template import SessionTemplate
+    from clawlet.execplane.session_template import SessionTemplate
 
-CHILD_MODULE: Final = "clawlet.cluster.session_process"
+CHILD_MODULE: Final = "clawlet.runtime.process"
 log = logging.getLogger(CHILD_MODULE)  # not __name__: the child runs this module as __main__
 LINE_LIMIT: Final = MAX_FRAME_BYTES
 """The longest line either side accepts."""
@@ -230,7 +230,7 @@ def _line(message: Mapping[str, Any]) -> bytes:
 
 EXIT_UNKNOWN: Final = 256
 """The ``returncode`` of a process whose exit status could not be learnt (not an exit code: those are
-0–255): a session process whose template died before it (:mod:`clawlet.cluster.session_template`)."""
+0–255): a session process whose template died before it (:mod:`clawlet.execplane.session_template`)."""
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -353,7 +353,7 @@ def child_environment() -> dict[str, str]:
 
 class ChildProcess(Protocol):
     """What :class:`ProcessSessionAdapter` uses of its child: an ``asyncio.subprocess.Process`` (a
-    spawned child) or a :class:`~clawlet.cluster.session_template.TemplateChild` (a forked one)."""
+    spawned child) or a :class:`~clawlet.execplane.session_template.TemplateChild` (a forked one)."""
 
     stdin: asyncio.StreamWriter | None
     stdout: asyncio.StreamReader | None

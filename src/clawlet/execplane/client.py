@@ -31,7 +31,7 @@ Requests (``request``/``call``) time out after ``request_timeout`` seconds (60) 
 :class:`RequestTimeout` and leave nothing behind. An answer with ``error`` raises
 :class:`ControlPlaneError`.
 
-Nothing reported is lost to a dropped connection (seed §10, details in :mod:`clawlet.cluster.offline`):
+Nothing reported is lost to a dropped connection (seed §10, details in :mod:`clawlet.execplane.offline`):
 
 * fire-and-forget records (``report_usage``, ``log_audit``, ``submit_evolution``, …) are always
   appended to ``<state_dir>/usage_queue.jsonl`` first (fsynced) and sent from there in order by a pump
@@ -78,13 +78,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from clawlet.cluster.offline import (
-    DEFAULT_SSE_BUFFER_LIMIT,
-    USAGE_QUEUE_FILE,
-    DiskQueue,
-    QueueBatch,
-    ReplayBuffer,
-)
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
     ERR_PROTOCOL_MISMATCH,
@@ -128,6 +121,13 @@ from clawlet.cluster.protocol import (
     request_frame,
     resume_frame,
     sse_event_frame,
+)
+from clawlet.execplane.offline import (
+    DEFAULT_SSE_BUFFER_LIMIT,
+    USAGE_QUEUE_FILE,
+    DiskQueue,
+    QueueBatch,
+    ReplayBuffer,
 )
 from clawlet.ws_client import (
     Connection,
@@ -286,7 +286,7 @@ class ControlPlaneClient(SocketClient):
         self.on_stop_session = on_stop_session
         self.on_http: Callable[[Mapping[str, Any]], None] | None = None
         """Called in order, from the reader, with each ``http_request`` / ``http_cancel`` /
-        ``http_resume`` frame (the tunnel: :class:`clawlet.cluster.tunnel.TunnelServer`)."""
+        ``http_resume`` frame (the tunnel: :class:`clawlet.execplane.tunnel.TunnelServer`)."""
         self.stream_id = uuid.uuid4().hex[:16]
         """Numbers this process's SSE events (``sse_event.stream``)."""
         self._socket = ReconnectingSocket[_Link](
