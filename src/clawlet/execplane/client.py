@@ -73,7 +73,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -122,6 +122,7 @@ from clawlet.cluster.protocol import (
     resume_frame,
     sse_event_frame,
 )
+from clawlet.events import Event, Usage, event_to_json
 from clawlet.execplane.offline import (
     DEFAULT_SSE_BUFFER_LIMIT,
     USAGE_QUEUE_FILE,
@@ -957,3 +958,21 @@ class ControlPlaneClient(SocketClient):
             if not ack.done():
                 ack.set_exception(ConnectionClosed(None, None))
                 ack.exception()
+
+
+class EventSink(Protocol):
+    """What :func:`forward_event` needs of :class:`ControlPlaneClient`."""
+
+    async def send_sse_event(self, session_id: str, data: Any) -> int: ...
+
+    async def report_usage(
+        self, session_id: str, model: str, tokens_in: int, tokens_out: int, **extra: Any
+    ) -> None: ...
+
+
+async def forward_event(sink: EventSink, session_id: str, event: Event, *, model: str) -> None:
+    """Send ``event`` of ``session_id`` to the control plane as an ``sse_event`` (buffered while
+    disconnected); a ``Usage`` with tokens also as a usage report (queued on disk meanwhile)."""
+    await sink.send_sse_event(session_id, event_to_json(event))
+    if isinstance(event, Usage) and (event.input_tokens or event.output_tokens):
+        await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens)

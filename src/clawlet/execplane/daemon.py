@@ -148,7 +148,6 @@ from clawlet.cluster.protocol import (
     METHOD_MEMORY_SEARCH,
 )
 from clawlet.config import Settings
-from clawlet.controlplane.seed_events import forward_event
 from clawlet.engine.agent import AgentEngine
 from clawlet.engine.approvals import Decision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
@@ -157,6 +156,7 @@ from clawlet.execplane.client import (
     ControlPlaneClient,
     ControlPlaneRefused,
     ControlPlaneUnavailable,
+    forward_event,
     safe_url,
 )
 from clawlet.execplane.session_template import SessionTemplate, template_supported
@@ -179,13 +179,8 @@ from clawlet.runtime.openclaw_bridge import (
     OpenClawBridgeAdapter,
     OpenClawBridgeError,
 )
-from clawlet.runtime.process import (
-    ProcessOptions,
-    ProcessSessionAdapter,
-    RequestHandler,
-    SessionProcessSpec,
-    SkillRef,
-)
+from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
+from clawlet.runtime.process_pipe import RequestHandler, SkillRef
 from clawlet.services import Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id
 

@@ -7,8 +7,8 @@ LangGraph and the provider SDKs. The exec plane therefore starts one **template*
 freezes what it has built out of the garbage collector's reach (``gc.freeze()``, so the collector
 never writes to those pages and they stay shared copy-on-write) and then waits, single-threaded and
 without an event loop, for fork requests. Each session process is a ``fork()`` of it that runs
-exactly what ``python -m clawlet.runtime.process`` runs
-(:func:`clawlet.runtime.process.run_child`: its own logging, its own event loop, the same
+exactly what ``python -m clawlet.execplane.session_child`` runs
+(:func:`clawlet.execplane.session_child.run_child`: its own logging, its own event loop, the same
 pipe protocol), so nothing on the parent's side changes but where the process comes from.
 
 **What a forked session gets** is what a spawned one gets: fd 0/1 are pipes to the exec plane (the
@@ -62,19 +62,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from clawlet.runtime.process import (
-    EXIT_UNKNOWN,
-    LINE_LIMIT,
-    child_environment,
-    describe_exit,
-    pipe_streams,
-)
+from clawlet.runtime.process import EXIT_UNKNOWN, child_environment, describe_exit
+from clawlet.runtime.process_pipe import LINE_LIMIT, pipe_streams
 
 TEMPLATE_MODULE: Final = "clawlet.execplane.session_template"
 log = logging.getLogger(TEMPLATE_MODULE)  # not __name__: the template runs this module as __main__
 PACKET_LIMIT: Final = 64 * 1024
 PRELOAD: Final = (
-    "clawlet.runtime.process",
+    "clawlet.execplane.session_child",
     "clawlet.logs",
     "clawlet.memory.stores",
     "clawlet.runtime.engine_adapter",
@@ -156,7 +151,7 @@ def _become_session(fds: list[int], cwd: str, closing: list[int]) -> NoReturn:
             if fd > 2:
                 os.close(fd)
         os.chdir(cwd)
-        from clawlet.runtime.process import run_child
+        from clawlet.execplane.session_child import run_child
 
         code = run_child()
     except SystemExit as exc:
