@@ -342,7 +342,7 @@ async def test_presence_expires_after_the_holder_is_killed(redis_url: str, tmp_p
 async def test_pubsub_and_presence_work_again_after_redis_restarts(
     own_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="clawlet.cluster")
+    caplog.set_level(logging.INFO, logger="clawlet.controlplane")
     password = own_redis.url.split(":")[2].split("@")[0]
     options: dict[str, Any] = {"presence_ttl": 1.0, "ping_interval": 0.5, "subscribe_timeout": DEADLINE}
     a = RedisBroker(own_redis.url, instance_id="instance-a", **options)

@@ -152,30 +152,6 @@ class ProcessOptions:
     """How long ``stop`` waits for the process to exit before killing it."""
 
 
-@dataclass(eq=False)
-class _Turn:
-    turn_id: str
-    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
-    finished: bool = False
-    cancel_requested: bool = False
-    reply: ReplyText = field(default_factory=ReplyText)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    grace: asyncio.Task[None] | None = None
-
-    def deliver(self, event: Event) -> None:
-        if self.finished:
-            return
-        self.reply.observe(event)
-        if isinstance(event, TERMINAL_EVENTS):
-            self.finished = True
-            self.ended.set()
-        self.queue.put_nowait(event)
-
-    @property
-    def partial_text(self) -> str:
-        return self.reply.text
-
-
 def child_environment() -> dict[str, str]:
     """The parent's environment without any secret (the VM credentials, API keys: its tools could
     read them; the keys it needs arrive in ``init``), with clawlet importable."""
@@ -200,6 +176,30 @@ class ChildProcess(Protocol):
     def returncode(self) -> int | None: ...
 
     async def wait(self) -> int: ...
+
+
+@dataclass(eq=False)
+class _Turn:
+    turn_id: str
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    finished: bool = False
+    cancel_requested: bool = False
+    reply: ReplyText = field(default_factory=ReplyText)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    grace: asyncio.Task[None] | None = None
+
+    def deliver(self, event: Event) -> None:
+        if self.finished:
+            return
+        self.reply.observe(event)
+        if isinstance(event, TERMINAL_EVENTS):
+            self.finished = True
+            self.ended.set()
+        self.queue.put_nowait(event)
+
+    @property
+    def partial_text(self) -> str:
+        return self.reply.text
 
 
 @contextlib.contextmanager
