@@ -1,5 +1,5 @@
-"""The execution plane (clawlet.execplane.daemon, session_process, events) against a scripted
-control plane: real session processes, a real WebSocket on loopback, the offline demo model.
+"""The execution plane (clawlet.execplane.daemon, session_child, client; clawlet.runtime.process) against
+a scripted control plane: real session processes, a real WebSocket on loopback, the offline demo model.
 
 ``openclaw`` sessions run the real Node.js bridge (``bridge/``, needs ``node`` >= 20 and ``npm ci``
 there, else those tests skip with the reason); the OpenClaw side is clawlet's own gateway server on
