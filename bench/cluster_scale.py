@@ -46,8 +46,8 @@ from pathlib import Path
 
 import httpx
 
-from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, new_jwt_secret
 from clawlet.cluster.local_cluster import LocalCluster
+from clawlet.controlplane.server import ControlPlane, ControlPlaneConfig, new_jwt_secret
 from clawlet.testing.sim_exec_plane import SimExecPlane
 from support import REPO_SRC, clean_environ, free_port, percentile, process_cpu, smaps_rollup
 

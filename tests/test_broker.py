@@ -1,4 +1,4 @@
-"""The control planes' broker (clawlet.cluster.broker): one contract, run against the in-process
+"""The control planes' broker (clawlet.controlplane.broker): one contract, run against the in-process
 LocalBroker and against RedisBroker on a real redis-server.
 
 The Redis server is the one ``scripts/test`` starts (``CLAWLET_TEST_REDIS_URL``), else one this module
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from clawlet.cluster.broker import (
+from clawlet.controlplane.broker import (
     Broker,
     BrokerUnavailable,
     LocalBroker,
@@ -33,7 +33,7 @@ from clawlet.cluster.broker import (
     broker_from_url,
     check_redis_url,
 )
-from clawlet.cluster.redis_broker import RedisBroker
+from clawlet.controlplane.redis_broker import RedisBroker
 from tests.support.redis import (
     HAVE_REDIS_SERVER,
     NO_REDIS_SERVER,
@@ -285,7 +285,7 @@ async def test_a_claim_during_a_refresh_that_lost_the_record_is_kept() -> None:
 HOLDER_PROCESS = textwrap.dedent(
     """
     import asyncio, os, sys
-    from clawlet.cluster.redis_broker import RedisBroker
+    from clawlet.controlplane.redis_broker import RedisBroker
 
     async def main() -> None:
         broker = RedisBroker(
@@ -342,7 +342,7 @@ async def test_presence_expires_after_the_holder_is_killed(redis_url: str, tmp_p
 async def test_pubsub_and_presence_work_again_after_redis_restarts(
     own_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="clawlet.cluster")
+    caplog.set_level(logging.INFO, logger="clawlet.controlplane")
     password = own_redis.url.split(":")[2].split("@")[0]
     options: dict[str, Any] = {"presence_ttl": 1.0, "ping_interval": 0.5, "subscribe_timeout": DEADLINE}
     a = RedisBroker(own_redis.url, instance_id="instance-a", **options)
@@ -454,8 +454,8 @@ async def test_an_unreachable_server_fails_start_without_the_password(
 def test_serve_refuses_a_bad_redis_url_at_startup(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from clawlet.cluster.cp_cli import build_config, serve
     from clawlet.config import Settings
+    from clawlet.controlplane.cli import build_config, serve
 
     monkeypatch.setenv("CLAWLET_REDIS_URL", "redis://127.0.0.1:6379/0")
     assert build_config(tmp_path / "cp").redis_url == "redis://127.0.0.1:6379/0"

@@ -1,4 +1,4 @@
-"""Connect tickets and VM tokens (clawlet.cluster.auth): the control plane's side of the handshake."""
+"""Connect tickets and VM tokens (clawlet.controlplane.auth): the control plane's side of the handshake."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import time
 import jwt
 import pytest
 
-from clawlet.cluster.auth import (
+from clawlet.cluster.protocol import TICKET_TTL_SECONDS
+from clawlet.controlplane.auth import (
     MIN_SECRET_BYTES,
     VM_TOKEN_AUDIENCE,
     VM_TOKEN_ISSUER,
@@ -22,7 +23,6 @@ from clawlet.cluster.auth import (
     ticket_digest,
     verify_vm_token,
 )
-from clawlet.cluster.protocol import TICKET_TTL_SECONDS
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs512-too-0123456789abcdefghij"
 OTHER_SECRET = "another-secret-that-is-long-enough-987654321"

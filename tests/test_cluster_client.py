@@ -1,7 +1,7 @@
-"""The execution plane's control-plane client (clawlet.cluster.client) against a scripted control plane.
+"""The execution plane's control-plane client (clawlet.execplane.client) against a scripted control plane.
 
 Everything runs on loopback with tiny timeouts and backoff; the control plane is
-``tests/support/scripted_control_plane.py`` (a real websockets server using clawlet.cluster.auth).
+``tests/support/scripted_control_plane.py`` (a real websockets server using clawlet.controlplane.auth).
 """
 
 from __future__ import annotations
@@ -18,18 +18,6 @@ from typing import Any
 
 import pytest
 
-from clawlet.cluster.auth import TicketStore
-from clawlet.cluster.client import (
-    ControlPlaneClient,
-    ControlPlaneError,
-    ControlPlaneRefused,
-    ControlPlaneUnavailable,
-    RequestLost,
-    RequestTimeout,
-    connect_url,
-    safe_url,
-)
-from clawlet.cluster.offline import USAGE_QUEUE_FILE, DiskQueue, ReplayBuffer
 from clawlet.cluster.protocol import (
     ERR_PROTOCOL_MISMATCH,
     ERR_TICKET_REJECTED,
@@ -49,6 +37,18 @@ from clawlet.cluster.protocol import (
     response_frame,
     still_pending,
 )
+from clawlet.controlplane.auth import TicketStore
+from clawlet.execplane.client import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    ControlPlaneRefused,
+    ControlPlaneUnavailable,
+    RequestLost,
+    RequestTimeout,
+    connect_url,
+    safe_url,
+)
+from clawlet.execplane.offline import USAGE_QUEUE_FILE, DiskQueue, ReplayBuffer
 from tests.support.scripted_control_plane import NEVER, Reply, ScriptedControlPlane
 
 USER = "user-1"
@@ -226,7 +226,7 @@ async def test_expired_ticket_is_refused(tmp_path: Path) -> None:
 async def test_bad_tokens_are_refused(
     problem: str, plane: ScriptedControlPlane, make_client: Callable[..., ControlPlaneClient]
 ) -> None:
-    from clawlet.cluster.auth import issue_vm_token
+    from clawlet.controlplane.auth import issue_vm_token
 
     if problem == "other_secret":
         token = issue_vm_token(USER, "x" * 64, 60)

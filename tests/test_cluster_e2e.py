@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from clawlet.cluster.local_cluster import LocalCluster
-from clawlet.cluster.openclaw_bridge import default_bridge_dir
+from clawlet.runtime.openclaw_bridge import default_bridge_dir
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import free_port, parse_sse
 

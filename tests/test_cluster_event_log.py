@@ -1,4 +1,4 @@
-"""The control plane's durable event log and transcript copies (clawlet.cluster.event_log).
+"""The control plane's durable event log and transcript copies (clawlet.controlplane.event_log).
 
 The control plane runs on a real uvicorn server (tests/test_control_plane.py's ``Harness``) with
 real ``/ws/vm`` connections; the data-layer cases run on a SQLite file and on PostgreSQL
@@ -19,16 +19,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionNotFound, session_key
-from clawlet.cluster.cp_cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
-from clawlet.cluster.cp_db import ControlPlaneStore, now_ms
-from clawlet.cluster.event_log import (
-    READ_PAGE,
-    EventLog,
-    InvalidTranscript,
-    SessionEvent,
-    session_event_counters,
-)
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.cluster.protocol import (
     FF_TRANSCRIPT_SYNC,
@@ -37,6 +27,16 @@ from clawlet.cluster.protocol import (
     fire_and_forget_frame,
     sse_event_frame,
 )
+from clawlet.controlplane.cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
+from clawlet.controlplane.db import ControlPlaneStore, now_ms
+from clawlet.controlplane.event_log import (
+    READ_PAGE,
+    EventLog,
+    InvalidTranscript,
+    SessionEvent,
+    session_event_counters,
+)
+from clawlet.controlplane.server import ControlPlane, ControlPlaneConfig, SessionNotFound, session_key
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests import test_cluster_faults as faults
 from tests.support.postgres import BACKENDS, fresh_schema_url

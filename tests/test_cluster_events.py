@@ -4,7 +4,7 @@ A cluster turn runs on the execution plane's own local-mode app (the HTTP tunnel
 streams what a local run produces; the execution plane also forwards clawlet's typed events
 (:func:`clawlet.events.event_to_json`) over ``/ws/vm`` for the control plane's event log, and the
 seed-001 names are made only at the
-``/api/cluster/sessions/{id}/events`` edge (:mod:`clawlet.cluster.events`).
+``/api/cluster/sessions/{id}/events`` edge (:mod:`clawlet.controlplane.seed_events`).
 
 A real cluster (a control plane and an execution plane as separate processes on loopback) and a
 real local-mode server both use the same scripted OpenAI-compatible model (see

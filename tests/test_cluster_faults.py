@@ -31,13 +31,14 @@ from typing import Any
 import httpx
 import pytest
 
-from clawlet.cluster.cp_db import ControlPlaneStore, default_database_url
-from clawlet.cluster.frontend import resume_after
 from clawlet.cluster.local_cluster import LocalCluster
-from clawlet.cluster.offline import USAGE_QUEUE_FILE
-from clawlet.cluster.session_process import CHILD_MODULE, PROCESS_LOG
-from clawlet.cluster.session_template import TEMPLATE_MODULE
+from clawlet.controlplane.db import ControlPlaneStore, default_database_url
+from clawlet.controlplane.frontend import resume_after
+from clawlet.execplane.offline import USAGE_QUEUE_FILE
+from clawlet.execplane.session_child import CHILD_MODULE
+from clawlet.execplane.session_template import TEMPLATE_MODULE
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
+from clawlet.runtime.process import PROCESS_LOG
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import free_port, parse_sse
 

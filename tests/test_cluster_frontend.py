@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clawlet.cluster.control_plane import ControlPlane, resolve_runtime_type
-from clawlet.cluster.cp_cli import build_config
+from clawlet.controlplane.cli import build_config
+from clawlet.controlplane.server import ControlPlane, resolve_runtime_type
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_the_skill_index_of_start_session_comes_from_the_registry(plane: Control
     assert set(alice) == {"weather", "diary"}
     assert alice["weather"]["version"] == "2.1-alice"  # her own package wins over the global one
     # every entry is one the execution plane accepts
-    from clawlet.cluster.skill_cache import parse_skill_index
+    from clawlet.execplane.skill_cache import parse_skill_index
 
     parsed = parse_skill_index(plane.skill_index("alice"))
     assert parsed.problems == [] and [e.skill_id for e in parsed.entries] == ["diary", "weather"]

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from clawlet.cluster.cp_db import ControlPlaneStore
+from clawlet.controlplane.db import ControlPlaneStore
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests.conftest import free_port
 from tests.support.postgres import SKIP_REASON as NO_POSTGRES

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clawlet.cluster.session_memory import InvalidSnapshot, SessionMemory
+from clawlet.execplane.session_memory import InvalidSnapshot, SessionMemory
 
 
 class FixedClock:
@@ -179,7 +179,7 @@ def test_corrupt_context_is_kept_aside_and_reported(
     mem = memory(tmp_path)
     mem.memory_dir.mkdir(parents=True)
     mem.context_path.write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="clawlet.cluster.session_memory"):
+    with caplog.at_level(logging.WARNING, logger="clawlet.execplane.session_memory"):
         assert mem.get_context("a", "default") == "default"
     (kept,) = mem.quarantined
     assert kept.name == "context.json.corrupt-20260102T030405000000Z"

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import clawlet.storage
-from clawlet.cluster.skill_cache import (
+from clawlet.execplane.skill_cache import (
     InvalidSkillId,
     InvalidSkillPackage,
     SkillIndexEntry,
@@ -464,7 +464,7 @@ async def test_the_path_guard_refuses_a_symlink_inside_the_staging_directory(
         Path(staging, "scripts").symlink_to(outside, target_is_directory=True)
         return staging
 
-    monkeypatch.setattr("clawlet.cluster.skill_cache.tempfile.mkdtemp", planted_mkdtemp)
+    monkeypatch.setattr("clawlet.execplane.skill_cache.tempfile.mkdtemp", planted_mkdtemp)
     cache = SkillPackageCache(tmp_path / "cache", Fetcher())
     with pytest.raises(InvalidSkillPackage, match="outside the allowed directory"):
         await cache.load("pdf")
@@ -594,7 +594,7 @@ async def test_a_write_failing_midway_leaves_no_partial_directory(
         real_write(path, data)
         written.append(path)
 
-    monkeypatch.setattr("clawlet.cluster.skill_cache.atomic_write_bytes", failing_write)
+    monkeypatch.setattr("clawlet.execplane.skill_cache.atomic_write_bytes", failing_write)
     fetch = Fetcher()
     cache = SkillPackageCache(tmp_path, fetch)
     with pytest.raises(SkillUnavailable, match=r"cannot write it to the cache: .*No space left"):
@@ -603,7 +603,7 @@ async def test_a_write_failing_midway_leaves_no_partial_directory(
     assert cache_entries(tmp_path) == []
     assert not cache.is_cached("pdf")
 
-    monkeypatch.setattr("clawlet.cluster.skill_cache.atomic_write_bytes", real_write)
+    monkeypatch.setattr("clawlet.execplane.skill_cache.atomic_write_bytes", real_write)
     skill_dir = await cache.load("pdf")
     assert (skill_dir / "scripts" / "tools" / "helper.bin").read_bytes() == BINARY
     assert len(fetch.calls) == 2
@@ -622,7 +622,7 @@ async def test_the_rename_failing_keeps_the_old_version(
             raise OSError(5, "I/O error")
         real_rename(source, destination)
 
-    monkeypatch.setattr("clawlet.cluster.skill_cache.os.rename", failing_rename)
+    monkeypatch.setattr("clawlet.execplane.skill_cache.os.rename", failing_rename)
     with pytest.raises(SkillUnavailable, match="I/O error"):
         await cache.load("pdf", "v2")
     monkeypatch.undo()
@@ -705,7 +705,7 @@ def test_separate_processes_fetch_once(tmp_path: Path) -> None:
         """
         import asyncio, sys
         from pathlib import Path
-        from clawlet.cluster.skill_cache import SkillPackageCache
+        from clawlet.execplane.skill_cache import SkillPackageCache
 
         cache_dir, log = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -753,7 +753,7 @@ async def test_control_plane_unreachable_cached_works_uncached_is_unavailable(
     assert offline.calls == []  # hits never ask the control plane
     assert cache.read_skill_md("pdf") == SKILL_MD_TEXT
 
-    with caplog.at_level(logging.WARNING, logger="clawlet.cluster.skill_cache"):
+    with caplog.at_level(logging.WARNING, logger="clawlet.execplane.skill_cache"):
         assert await cache.load("pdf", "v2") == tmp_path / "pdf"  # tried, then fell back
     assert offline.calls == [("pdf", "v2")]
     assert "using the cached version v1" in caplog.text

@@ -1,4 +1,4 @@
-"""The HTTP tunnel's ends (clawlet.cluster.tunnel on the execution plane, clawlet.cluster.http_routing
+"""The HTTP tunnel's ends (clawlet.execplane.tunnel on the execution plane, clawlet.controlplane.routing
 on the control plane) and its frames, in-process: a real ASGI app answers, real brokers route.
 
 The whole path over real sockets and processes is in tests/test_cluster_e2e.py (one instance) and
@@ -17,8 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from clawlet.cluster.broker import LocalBroker, LocalHub
-from clawlet.cluster.http_routing import ExecPlaneOffline, TunnelRouter
 from clawlet.cluster.protocol import (
     FrameError,
     decode,
@@ -28,7 +26,9 @@ from clawlet.cluster.protocol import (
     http_request_frame,
     http_resume_frame,
 )
-from clawlet.cluster.tunnel import TunnelServer
+from clawlet.controlplane.broker import LocalBroker, LocalHub
+from clawlet.controlplane.routing import ExecPlaneOffline, TunnelRouter
+from clawlet.execplane.tunnel import TunnelServer
 
 DEADLINE = 30.0
 
@@ -245,7 +245,7 @@ async def test_a_request_at_one_instance_is_answered_by_the_exec_plane_at_anothe
 
 
 def test_the_exec_planes_response_headers_cannot_set_cookies_on_the_shared_origin() -> None:
-    from clawlet.cluster.api_proxy import response_headers
+    from clawlet.controlplane.api_proxy import response_headers
 
     sent = response_headers(
         [

@@ -1,7 +1,7 @@
-"""The control plane (clawlet.cluster.control_plane) against the real execution-plane client.
+"""The control plane (clawlet.controlplane.server) against the real execution-plane client.
 
 A real uvicorn server runs the control plane's app on 127.0.0.1 in the test's event loop, and the
-execution planes are real :class:`~clawlet.cluster.client.ControlPlaneClient` instances (plus a raw
+execution planes are real :class:`~clawlet.execplane.client.ControlPlaneClient` instances (plus a raw
 ``websockets`` connection where a test must send frames the client never would, e.g. duplicates).
 
 The data-layer tests run on a SQLite file and on PostgreSQL (tests/support/postgres.py: the server
@@ -29,38 +29,6 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from clawlet.cluster.auth import TicketRejected, TicketStore, issue_vm_token
-from clawlet.cluster.client import (
-    ControlPlaneClient,
-    ControlPlaneError,
-    ControlPlaneRefused,
-    connect_url,
-)
-from clawlet.cluster.control_plane import (
-    CLOSE_REPLACED,
-    ControlPlane,
-    ControlPlaneConfig,
-    ExecPlaneUnavailable,
-    RequestContext,
-    SessionEvent,
-    SessionNotFound,
-    SessionNotRunning,
-    TicketRedactingFilter,
-    VmCredentials,
-    create_control_plane_app,
-    server_config,
-    session_key,
-)
-from clawlet.cluster.cp_db import (
-    VERSION_TABLE,
-    ControlPlaneStore,
-    SkillPackageExists,
-    SqlTicketBackend,
-    UserExists,
-    current_revision,
-)
-from clawlet.cluster.cp_userdata import InvalidUserId
-from clawlet.cluster.offline import USAGE_QUEUE_FILE, DiskQueue
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
     ERR_AUTH_REQUIRED,
@@ -75,7 +43,39 @@ from clawlet.cluster.protocol import (
     resume_frame,
     sse_event_frame,
 )
-from clawlet.cluster.skill_cache import SkillPackageCache, parse_package
+from clawlet.controlplane.auth import TicketRejected, TicketStore, issue_vm_token
+from clawlet.controlplane.db import (
+    VERSION_TABLE,
+    ControlPlaneStore,
+    SkillPackageExists,
+    SqlTicketBackend,
+    UserExists,
+    current_revision,
+)
+from clawlet.controlplane.server import (
+    CLOSE_REPLACED,
+    ControlPlane,
+    ControlPlaneConfig,
+    ExecPlaneUnavailable,
+    RequestContext,
+    SessionEvent,
+    SessionNotFound,
+    SessionNotRunning,
+    TicketRedactingFilter,
+    VmCredentials,
+    create_control_plane_app,
+    server_config,
+    session_key,
+)
+from clawlet.controlplane.userdata import InvalidUserId
+from clawlet.execplane.client import (
+    ControlPlaneClient,
+    ControlPlaneError,
+    ControlPlaneRefused,
+    connect_url,
+)
+from clawlet.execplane.offline import USAGE_QUEUE_FILE, DiskQueue
+from clawlet.execplane.skill_cache import SkillPackageCache, parse_package
 from clawlet.inbox.db import VERSION_TABLE as INBOX_VERSION_TABLE
 from clawlet.inbox.db import migrate as migrate_inbox
 from tests.conftest import free_port

@@ -1,5 +1,5 @@
-"""The execution plane (clawlet.cluster.exec_plane, session_process, events) against a scripted
-control plane: real session processes, a real WebSocket on loopback, the offline demo model.
+"""The execution plane (clawlet.execplane.daemon, session_child, client; clawlet.runtime.process) against
+a scripted control plane: real session processes, a real WebSocket on loopback, the offline demo model.
 
 ``openclaw`` sessions run the real Node.js bridge (``bridge/``, needs ``node`` >= 20 and ``npm ci``
 there, else those tests skip with the reason); the OpenClaw side is clawlet's own gateway server on
@@ -27,20 +27,8 @@ import pytest
 
 from clawlet import secret_env
 from clawlet.cli import main as cli_main
-from clawlet.cluster.client import ControlPlaneClient, ControlPlaneUnavailable
-from clawlet.cluster.events import EventSink, forward_event, seed_event, to_seed_event
-from clawlet.cluster.exec_plane import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
-from clawlet.cluster.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
-from clawlet.cluster.session_process import (
-    ProcessOptions,
-    ProcessSessionAdapter,
-    SessionChild,
-    describe_exit,
-    make_long_term_memory_tool,
-    make_remote_mcp_tool,
-    start_slots,
-)
 from clawlet.config import Settings
+from clawlet.controlplane.seed_events import seed_event, to_seed_event
 from clawlet.events import (
     ApprovalRequested,
     Event,
@@ -61,7 +49,12 @@ from clawlet.events import (
     event_from_json,
     event_to_json,
 )
+from clawlet.execplane.client import ControlPlaneClient, ControlPlaneUnavailable, EventSink, forward_event
+from clawlet.execplane.daemon import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
+from clawlet.execplane.session_child import SessionChild, make_long_term_memory_tool, make_remote_mcp_tool
 from clawlet.home import init_home
+from clawlet.runtime.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
+from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, describe_exit, start_slots
 from clawlet.tools.base import ToolError
 from tests.conftest import LiveServer
 from tests.support.scripted_control_plane import ScriptedControlPlane

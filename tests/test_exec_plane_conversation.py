@@ -19,14 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-from clawlet.cluster.client import ControlPlaneClient
-from clawlet.cluster.events import seed_event
-from clawlet.cluster.exec_plane import ExecPlane
-from clawlet.cluster.session_process import ProcessOptions, ProcessSessionAdapter
 from clawlet.config import RuntimeConfig, Settings
+from clawlet.controlplane.seed_events import seed_event
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.compression import SUMMARY_REQUEST_MARKER
 from clawlet.events import ApprovalRequested, event_from_json
+from clawlet.execplane.client import ControlPlaneClient
+from clawlet.execplane.daemon import ExecPlane
+from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.support.scripted_control_plane import ScriptedControlPlane
 

@@ -1,4 +1,4 @@
-"""The OpenClaw runtime adapter (``clawlet.cluster.openclaw_bridge``) with the real Node.js bridge
+"""The OpenClaw runtime adapter (``clawlet.runtime.openclaw_bridge``) with the real Node.js bridge
 process (``bridge/``).
 
 Default tests (need ``node`` ≥ 20 and ``npm ci`` in ``bridge/``, else skipped with the reason): the
@@ -27,19 +27,6 @@ from typing import Any
 
 import pytest
 
-from clawlet.cluster.openclaw_bridge import (
-    BridgeOptions,
-    BridgeSpec,
-    OpenClawBridgeAdapter,
-    OpenClawBridgeError,
-    OpenClawUnavailable,
-    TurnEnd,
-    TurnError,
-    default_bridge_dir,
-    openclaw_available,
-    probe_openclaw,
-    translate_bridge_event,
-)
 from clawlet.config import Settings
 from clawlet.events import (
     Event,
@@ -53,6 +40,19 @@ from clawlet.events import (
 from clawlet.gateway.protocol import message_text
 from clawlet.home import init_home
 from clawlet.runtime.base import RunConfig, UserMessage
+from clawlet.runtime.openclaw_bridge import (
+    BridgeOptions,
+    BridgeSpec,
+    OpenClawBridgeAdapter,
+    OpenClawBridgeError,
+    OpenClawUnavailable,
+    TurnEnd,
+    TurnError,
+    default_bridge_dir,
+    openclaw_available,
+    probe_openclaw,
+    translate_bridge_event,
+)
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import LiveServer
 

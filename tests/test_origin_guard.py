@@ -20,9 +20,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from clawlet.api.gateway_ws import build_gateway_app
-from clawlet.cluster.control_plane import ControlPlaneConfig, new_jwt_secret
-from clawlet.cluster.frontend import create_cluster_app
 from clawlet.config import Settings
+from clawlet.controlplane.frontend import create_cluster_app
+from clawlet.controlplane.server import ControlPlaneConfig, new_jwt_secret
 from tests.conftest import LiveServer, assert_error, free_port
 
 EVIL = "evil.example"

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from clawlet.api import health
-from clawlet.cluster.openclaw_bridge import node_supported, probe_openclaw, version_tuple
 from clawlet.config import Settings
+from clawlet.runtime.openclaw_bridge import node_supported, probe_openclaw, version_tuple
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests.conftest import LiveServer, free_port
 from tests.test_retrieval import _minimal_pdf

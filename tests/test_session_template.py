@@ -1,7 +1,7 @@
-"""The session template (clawlet.cluster.session_template): an exec plane's session processes are
+"""The session template (clawlet.execplane.session_template): an exec plane's session processes are
 forked from one pre-loaded process and behave exactly like spawned ones.
 
-Real components throughout: a real exec plane (:class:`~clawlet.cluster.exec_plane.ExecPlane`) on a
+Real components throughout: a real exec plane (:class:`~clawlet.execplane.daemon.ExecPlane`) on a
 real WebSocket to the scripted control plane, its real template and session processes, and the
 scripted OpenAI-compatible server as the model (``provider=openai``), so a turn goes through
 langchain-openai, the OpenAI SDK and a socket inside the forked process."""
@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from clawlet.cluster import session_template
-from clawlet.cluster.client import ControlPlaneClient
-from clawlet.cluster.events import seed_event
-from clawlet.cluster.exec_plane import ExecPlane
-from clawlet.cluster.session_process import EXIT_UNKNOWN, ProcessOptions, ProcessSessionAdapter, describe_exit
-from clawlet.cluster.session_template import SessionTemplate, TemplateChild, template_supported
 from clawlet.config import Settings
+from clawlet.controlplane.seed_events import seed_event
+from clawlet.execplane import session_template
+from clawlet.execplane.client import ControlPlaneClient
+from clawlet.execplane.daemon import ExecPlane
+from clawlet.execplane.session_template import SessionTemplate, TemplateChild, template_supported
+from clawlet.runtime.process import EXIT_UNKNOWN, ProcessOptions, ProcessSessionAdapter, describe_exit
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
@@ -179,7 +179,7 @@ async def test_a_session_process_is_forked_from_the_preloaded_template_and_runs_
     assert (adapter.starts, adapter.forked, template.forks) == (1, 1, 1)
     assert template.pid is not None and parent_of(pid) == template.pid
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"clawlet.cluster.session_template" in cmdline
+    assert b"clawlet.execplane.session_template" in cmdline
     assert Path(f"/proc/{template.pid}/cmdline").read_bytes() == Path(f"/proc/{pid}/cmdline").read_bytes()
     log_text = (exec_plane.state_dir / "session-template.log").read_text(encoding="utf-8")
     assert "modules preloaded" in log_text
@@ -234,7 +234,7 @@ async def test_a_killed_template_is_replaced_and_sessions_start_meanwhile(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="clawlet.cluster.session_template")
+    caplog.set_level(logging.INFO, logger="clawlet.execplane.session_template")
     monkeypatch.setattr(session_template, "RESTART_DELAYS", (2.0,))  # the gap a spawn must fill
     exec_plane = await make_plane()
     template = exec_plane.template

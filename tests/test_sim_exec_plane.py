@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from clawlet.cluster.control_plane import ControlPlane
-from clawlet.cluster.cp_cli import build_config
 from clawlet.cluster.local_cluster import LocalCluster
+from clawlet.controlplane.cli import build_config
+from clawlet.controlplane.server import ControlPlane
 from clawlet.testing.sim_exec_plane import (
     SIMULATED_HEADER,
     HttpReply,
@@ -142,7 +142,7 @@ async def test_http_requests_are_answered_resumed_and_cancelled() -> None:
         assert json.loads(base64.b64decode(body["body"]))[0]["id"] == "sim-alice"
         assert sim.http_served == 1
 
-        # the real tunnel's rules (clawlet.cluster.tunnel): `after` counts http_response as n = 0
+        # the real tunnel's rules (clawlet.execplane.tunnel): `after` counts http_response as n = 0
         await conn.send({"type": "http_resume", "id": "r1", "after": 0})  # the body again
         await plane.wait_for(lambda: len(of("http_body", "r1")) == 2)
         await conn.send({"type": "http_resume", "id": "r1", "after": -1})  # the response and the body

@@ -22,7 +22,7 @@ _DIR = os.environ.get("BENCH_PROFILE_DIR", "")
 _ROLES = (
     (b"control-plane", "control-plane"),
     (b"exec-plane", "exec-plane"),
-    (b"clawlet.cluster.session_process", "session"),
+    (b"clawlet.execplane.session_child", "session"),
     (b"serve", "serve"),
 )
 _state: dict[str, object] = {}
@@ -34,7 +34,7 @@ def _role() -> str:
             words = file.read().split(b"\0")
     except OSError:
         return ""
-    if b"clawlet.cluster.session_template" in words:
+    if b"clawlet.execplane.session_template" in words:
         return "template"
     for word, role in _ROLES:
         if word in words:

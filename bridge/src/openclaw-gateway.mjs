@@ -97,7 +97,7 @@ export function modelProvider(agentConfig, apiKeys, openclawConfig = {}) {
     model = model.slice(slash + 1);
   }
   if (!id) {
-    // the names clawlet's exec plane infers a provider from (cluster/exec_plane.py session_settings)
+    // the names clawlet's exec plane infers a provider from (execplane/daemon.py session_settings)
     const lowered = model.toLowerCase();
     id = lowered.startsWith('claude') ? 'anthropic' : lowered.startsWith('deepseek') ? 'deepseek' : 'openai';
   }

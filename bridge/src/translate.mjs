@@ -17,7 +17,7 @@
 //   chat error                              error           execution_error {error}
 //
 // `call_id`, `is_error` and `cancelled` are the same additions clawlet's exec plane makes to the
-// seed's field names (src/clawlet/cluster/events.py).
+// seed's field names (src/clawlet/controlplane/seed_events.py).
 
 export const THINKING_STAGE = 'openclaw';
 

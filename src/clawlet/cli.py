@@ -165,14 +165,14 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
     ``VM_TICKET`` are held in memory: see :mod:`clawlet.secret_env`)."""
     from pathlib import Path
 
-    from clawlet.cluster.client import (
+    from clawlet.execplane.client import (
         ENV_CONTROL_PLANE_WS,
         ENV_USER_ID,
         ENV_VM_TICKET,
         ENV_VM_TOKEN,
         safe_url,
     )
-    from clawlet.cluster.exec_plane import run_exec_plane
+    from clawlet.execplane.daemon import run_exec_plane
     from clawlet.logs import configure_logging
     from clawlet.secret_env import ENVIRON_WITH_SECRETS as environ
 
@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where sessions, memory and caches live (default: <home>/exec-plane)",
     )
-    from clawlet.cluster import cp_cli, local_cluster
+    from clawlet.cluster import local_cluster
+    from clawlet.controlplane import cli as cp_cli
 
     cp_cli.add_parser(sub)
     local_cluster.add_parser(sub)
@@ -273,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "exec-plane":
         return cmd_exec_plane(settings, args.state_dir)
     if args.command == "control-plane":
-        from clawlet.cluster import cp_cli
+        from clawlet.controlplane import cli as cp_cli
 
         return cp_cli.run(args, settings)
     if args.command == "cluster":

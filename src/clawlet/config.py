@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     #: ``bubblewrap`` (required: those tools refuse to run without it) or ``off``
     sandbox: SandboxMode = "auto"
     #: an exec plane forks its session processes from a pre-loaded template process (Linux); off:
-    #: each one is a fresh interpreter (clawlet.cluster.session_template)
+    #: each one is a fresh interpreter (clawlet.execplane.session_template)
     session_template: bool = True
     fetch_timeout: float = Field(default=15.0, gt=0)
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)  # PUT /process body limit

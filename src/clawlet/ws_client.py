@@ -1,5 +1,5 @@
 """One reconnecting WebSocket client: the transport under the exec plane's control-plane client
-(:mod:`clawlet.cluster.client`) and the OpenClaw gateway client (:mod:`clawlet.gateway.client`).
+(:mod:`clawlet.execplane.client`) and the OpenClaw gateway client (:mod:`clawlet.gateway.client`).
 
 :class:`ReconnectingSocket` owns what both need; the protocol on top gives it a ``handshake`` (what
 it says once the socket is open: ``auth``/``init``, or the gateway's ``connect`` challenge), a frame

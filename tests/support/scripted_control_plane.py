@@ -1,9 +1,9 @@
 """A scriptable control plane: a real ``websockets`` server on 127.0.0.1 for execution-plane tests.
 
 It serves ``/ws/vm`` the way :mod:`clawlet.cluster.protocol` says the control plane must: the first
-frame must be ``auth``; the JWT is checked with :func:`~clawlet.cluster.auth.verify_vm_token` (its
+frame must be ``auth``; the JWT is checked with :func:`~clawlet.controlplane.auth.verify_vm_token` (its
 ``sub`` must be the URL's ``user_id``); a ticket in the URL is redeemed once through a
-:class:`~clawlet.cluster.auth.TicketStore`; then ``init`` goes out with the user's API keys. Refusals
+:class:`~clawlet.controlplane.auth.TicketStore`; then ``init`` goes out with the user's API keys. Refusals
 are an ``error`` frame followed by a close with code 4401.
 
 Scripting:
@@ -39,13 +39,6 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from clawlet.cluster.auth import (
-    TicketRejected,
-    TicketStore,
-    TokenRejected,
-    issue_vm_token,
-    verify_vm_token,
-)
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
     ERR_AUTH_REQUIRED,
@@ -70,6 +63,13 @@ from clawlet.cluster.protocol import (
     start_session_frame,
     stop_session_frame,
     user_message_frame,
+)
+from clawlet.controlplane.auth import (
+    TicketRejected,
+    TicketStore,
+    TokenRejected,
+    issue_vm_token,
+    verify_vm_token,
 )
 
 SECRET = "test-secret-for-vm-tokens-0123456789abcdef"

@@ -118,7 +118,7 @@ def create_app(
     on_run: WorkspaceRunObserver | None = None,
 ) -> FastAPI:
     """The app of one clawlet home. ``runtimes`` says where sessions run (default: in this process;
-    cluster mode's exec plane passes its own, see :mod:`clawlet.cluster.exec_plane`). ``check_origins=False``
+    cluster mode's exec plane passes its own, see :mod:`clawlet.execplane.daemon`). ``check_origins=False``
     when an outer app already checks Host and Origin (:mod:`clawlet.api.origin_guard`). ``on_run``
     is told of every run any workspace starts (the exec plane forwards their events)."""
     settings = settings or Settings()

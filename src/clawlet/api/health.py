@@ -14,7 +14,7 @@
 * ``inbox``: the task inbox's database answers; with the ``gateway`` backend, whether the OpenClaw
   gateway is connected (not yet connected is fine; a failed connection makes it ``degraded``);
 * ``openclaw_runtime``: whether the ``openclaw`` runtime of cluster mode can run here — the
-  bridge's own probe (:func:`~clawlet.cluster.openclaw_bridge.probe_openclaw`: Node.js in OpenClaw's
+  bridge's own probe (:func:`~clawlet.runtime.openclaw_bridge.probe_openclaw`: Node.js in OpenClaw's
   range ``>=24.16.0 <25 || >=26.1.0``, the ``openclaw`` CLI, the bridge; ``CLAWLET_OPENCLAW_NODE``,
   ``CLAWLET_OPENCLAW_BIN``). It is optional: ``unavailable`` is reported but does not change the
   overall status;
@@ -45,11 +45,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
 from clawlet import __version__
-from clawlet.cluster.openclaw_bridge import NODE_RANGE, OpenClawProbe, probe_openclaw
 from clawlet.config import Settings
 from clawlet.inbox.backends import GatewayBackend
 from clawlet.inbox.service import InboxService
 from clawlet.llm.providers import ProviderConfigError, describe_model
+from clawlet.runtime.openclaw_bridge import NODE_RANGE, OpenClawProbe, probe_openclaw
 from clawlet.tools.mcp import MCP_CONFIG_FILE, McpConfigError, read_mcp_config
 from clawlet.tools.sandbox import SandboxStatus, sandbox_status
 
@@ -222,7 +222,7 @@ def check_mcp(root: Path) -> dict[str, Any]:
 
 
 def openclaw_runtime_check(probe: OpenClawProbe) -> dict[str, Any]:
-    """The ``openclaw_runtime`` check of what :func:`~clawlet.cluster.openclaw_bridge.probe_openclaw`
+    """The ``openclaw_runtime`` check of what :func:`~clawlet.runtime.openclaw_bridge.probe_openclaw`
     found: the same probe (and the same Node.js range) the bridge runs before a session starts."""
     details = {
         "optional": True,

@@ -94,8 +94,8 @@ class LocalCluster:
 
     def prepare_users(self) -> None:
         """Create missing users and give each a fresh API token."""
-        from clawlet.cluster.control_plane import ControlPlane
-        from clawlet.cluster.cp_cli import build_config
+        from clawlet.controlplane.cli import build_config
+        from clawlet.controlplane.server import ControlPlane
 
         plane = ControlPlane(build_config(self.cp_dir, self.base_url))
         try:
@@ -129,8 +129,8 @@ class LocalCluster:
         """A fresh ticket and VM token for ``user``'s execution plane, as its environment.
         ``ticket_ttl``: the ticket's lifetime in seconds (default the control plane's 30 s; its
         expiry is stored with it, so the running control plane honours a shorter one — for tests)."""
-        from clawlet.cluster.control_plane import ControlPlane
-        from clawlet.cluster.cp_cli import build_config
+        from clawlet.controlplane.cli import build_config
+        from clawlet.controlplane.server import ControlPlane
 
         config = build_config(self.cp_dir, self.base_url)
         if ticket_ttl is not None:
@@ -234,8 +234,8 @@ class LocalCluster:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from clawlet.cluster.cp_cli import DEFAULT_PORT
-    from clawlet.cluster.cp_userdata import InvalidUserId, check_user_id
+    from clawlet.controlplane.cli import DEFAULT_PORT
+    from clawlet.controlplane.userdata import InvalidUserId, check_user_id
 
     try:
         users = [check_user_id(user.strip()) for user in args.users.split(",") if user.strip()]

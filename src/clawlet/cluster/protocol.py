@@ -48,7 +48,7 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   control plane drops an event whose ``seq`` is not above the last one it saw for the same
   ``(stream, session_id)``**; a jump in ``seq`` means the client's bounded buffer dropped events.
 * ``sse_event.data``: one clawlet event of the session's run in its JSON encoding (``{kind, …}``,
-  :func:`clawlet.events.event_to_json`; :mod:`clawlet.cluster.events`), not one of the seed's SSE
+  :func:`clawlet.events.event_to_json`; :mod:`clawlet.controlplane.seed_events`), not one of the seed's SSE
   events: the control plane gives events the seed's names only at its
   ``/api/cluster/sessions/{id}/events`` edge. ``init``'s ``event_encoding`` names the encoding's
   version (:data:`INIT_EVENT_ENCODING`).
@@ -58,7 +58,7 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   finished with an error) and ``{status:"pending"}`` (still running: its ``response`` will follow on the
   new connection). An id missing from ``results``, or any other status, counts as ``lost``.
 
-**The HTTP tunnel** (a clawlet extension; :mod:`clawlet.cluster.tunnel`): every request a user makes
+**The HTTP tunnel** (a clawlet extension; :mod:`clawlet.execplane.tunnel`): every request a user makes
 to the control plane's API is run by the execution plane's own local-mode app. ``http_request`` carries
 it (``headers`` a list of ``[name, value]`` pairs, ``body`` base64, ``id`` chosen by the control
 plane); the answer is one ``http_response`` (status, headers) and ``http_body`` frames numbered ``n``

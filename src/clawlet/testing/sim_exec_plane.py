@@ -12,7 +12,7 @@ them. What it measures:
 * the HTTP requests it answered.
 
 HTTP over the WebSocket (cluster mode v2, "tunnel"): the ``http_request``, ``http_cancel`` and
-``http_resume`` frames go to a real :class:`clawlet.cluster.tunnel.TunnelServer`, the execution
+``http_resume`` frames go to a real :class:`clawlet.execplane.tunnel.TunnelServer`, the execution
 plane's own end of the tunnel, so they are answered exactly as ``clawlet exec-plane`` answers them
 (numbering, a repeated request resending what was answered, ``http_resume {after}`` resending the
 frames numbered above ``after``, a lost ``http_body`` for what it cannot resume, ``http_cancel``
@@ -40,7 +40,6 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from clawlet.cluster.client import check_event_encoding, connect_url
 from clawlet.cluster.protocol import (
     ERROR,
     HEARTBEAT,
@@ -60,7 +59,8 @@ from clawlet.cluster.protocol import (
     http_response_frame,
     parse_frame,
 )
-from clawlet.cluster.tunnel import TunnelServer
+from clawlet.execplane.client import check_event_encoding, connect_url
+from clawlet.execplane.tunnel import TunnelServer
 
 SIMULATED_HEADER: Final = "x-clawlet-simulated-exec-plane"
 """Header of :func:`default_handler`'s answers: the user id of the plane that answered."""

@@ -2,15 +2,15 @@
 
 :func:`create_cluster_app` serves, on one port:
 
-* ``/ws/vm`` and ``/healthz`` — the execution planes' side (:mod:`clawlet.cluster.control_plane`);
+* ``/ws/vm`` and ``/healthz`` — the execution planes' side (:mod:`clawlet.controlplane.server`);
 * ``/health`` — public: the control plane's health and how many execution planes are connected;
   ``/auth`` — public: ``{"required": true, "authenticated": <is the bearer token a user's>}``, what
   the UIs ask before showing their sign-in screen;
 * ``/api/*``, ``/v1/*``, ``/process`` — the local-mode API (workbench, inbox, OpenAI-compatible,
   native agent, Open WebUI loader) of the user the bearer token belongs to (tokens are made with
   ``clawlet control-plane add-user`` / ``token``), answered by **that user's execution plane**: the
-  request goes through the HTTP tunnel (:mod:`clawlet.cluster.api_proxy`,
-  :mod:`clawlet.cluster.http_routing`) to the local-mode app the execution plane runs over its own
+  request goes through the HTTP tunnel (:mod:`clawlet.controlplane.api_proxy`,
+  :mod:`clawlet.controlplane.routing`) to the local-mode app the execution plane runs over its own
   home, from whichever control-plane instance holds its socket. The conversation, the workspace files,
   memory, approvals and the inbox live on the user's machine and nowhere else, so no request can
   name another user's sessions, files or tasks: they do not exist there. A missing or unknown token
@@ -21,10 +21,10 @@
   /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events as the
   execution plane sent them, in the seed's vocabulary (seed 001 §7.4: ``text_chunk``,
   ``tool_call_start``, …, each with the ``seq`` the execution plane gave it): the one place where
-  clawlet's events get the seed's names (:func:`clawlet.cluster.events.to_seed_event`; events
+  clawlet's events get the seed's names (:func:`clawlet.controlplane.seed_events.to_seed_event`; events
   without one are left out), as SSE until the session stops; 404 for a session the user never
   started. The events come from the control plane's durable event log
-  (:mod:`clawlet.cluster.event_log`); the SSE ``id`` is the event's ``n`` in that log, so
+  (:mod:`clawlet.controlplane.event_log`); the SSE ``id`` is the event's ``n`` in that log, so
   ``after=n`` or ``Last-Event-ID: n`` resumes after it, across restarts of the control plane;
 * the UI (workbench at ``/``, inbox at ``/inbox``) — public static files, as in local mode.
 
@@ -54,8 +54,10 @@ from clawlet.api.errors import ApiError, install_error_handlers
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.sse import KEEPALIVE
 from clawlet.api.static import install_static
-from clawlet.cluster.api_proxy import TunnelProxy
-from clawlet.cluster.control_plane import (
+from clawlet.config import Settings
+from clawlet.controlplane.api_proxy import TunnelProxy
+from clawlet.controlplane.seed_events import seed_event
+from clawlet.controlplane.server import (
     ControlPlane,
     ControlPlaneConfig,
     RoutingError,
@@ -64,8 +66,6 @@ from clawlet.cluster.control_plane import (
     SessionNotFound,
     create_control_plane_app,
 )
-from clawlet.cluster.events import seed_event
-from clawlet.config import Settings
 
 log = logging.getLogger(__name__)
 

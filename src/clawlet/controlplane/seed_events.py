@@ -3,12 +3,12 @@
 **Over ``/ws/vm``** the execution plane forwards every clawlet event of a session's run as it is:
 the ``data`` of an ``sse_event`` frame is the event's JSON encoding
 (:func:`clawlet.events.event_to_json`, ``{kind: "TextDelta", text}`` …), the same encoding a session
-process uses on its pipe (:func:`forward_event`). The control plane keeps it in the session's event log and
-replays it unchanged (the workbench, the inbox, ``/v1`` and ``/api/agent`` do not need it: their
-requests run on the execution plane's own local-mode app, :mod:`clawlet.cluster.tunnel`). ``Usage``
-also goes out as a ``fire_and_forget usage_report`` (queued on disk while disconnected: the usage
-tables are filled from those, once each). The version of this encoding is
-:data:`~clawlet.cluster.protocol.EVENT_ENCODING`, named in ``init``
+process uses on its pipe (:func:`clawlet.execplane.client.forward_event`). The control plane keeps
+it in the session's event log and replays it unchanged (the workbench, the inbox, ``/v1`` and
+``/api/agent`` do not need it: their requests run on the execution plane's own local-mode app,
+:mod:`clawlet.execplane.tunnel`). ``Usage`` also goes out as a ``fire_and_forget usage_report``
+(queued on disk while disconnected: the usage tables are filled from those, once each). The version
+of this encoding is :data:`~clawlet.cluster.protocol.EVENT_ENCODING`, named in ``init``
 (:data:`~clawlet.cluster.protocol.INIT_EVENT_ENCODING`): an execution plane refuses a control plane
 that names another one.
 
@@ -45,7 +45,7 @@ where events without a seed name were.
 from __future__ import annotations
 
 import logging
-from typing import Any, Final, Protocol, assert_never
+from typing import Any, Final, assert_never
 
 from clawlet.events import (
     ApprovalRequested,
@@ -65,7 +65,6 @@ from clawlet.events import (
     ToolStart,
     Usage,
     event_from_json,
-    event_to_json,
 )
 
 log = logging.getLogger(__name__)
@@ -78,24 +77,6 @@ EXECUTION_COMPLETE: Final = "execution_complete"
 EXECUTION_ERROR: Final = "execution_error"
 APPROVAL_REQUIRED: Final = "approval_required"
 QUESTION: Final = "question"
-
-
-class EventSink(Protocol):
-    """What :func:`forward_event` needs of :class:`~clawlet.cluster.client.ControlPlaneClient`."""
-
-    async def send_sse_event(self, session_id: str, data: Any) -> int: ...
-
-    async def report_usage(
-        self, session_id: str, model: str, tokens_in: int, tokens_out: int, **extra: Any
-    ) -> None: ...
-
-
-async def forward_event(sink: EventSink, session_id: str, event: Event, *, model: str) -> None:
-    """Send ``event`` of ``session_id`` to the control plane as an ``sse_event`` (buffered while
-    disconnected); a ``Usage`` with tokens also as a usage report (queued on disk meanwhile)."""
-    await sink.send_sse_event(session_id, event_to_json(event))
-    if isinstance(event, Usage) and (event.input_tokens or event.output_tokens):
-        await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens)
 
 
 def to_seed_event(event: Event) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ Requests (``request``/``call``) time out after ``request_timeout`` seconds (60) 
 :class:`RequestTimeout` and leave nothing behind. An answer with ``error`` raises
 :class:`ControlPlaneError`.
 
-Nothing reported is lost to a dropped connection (seed §10, details in :mod:`clawlet.cluster.offline`):
+Nothing reported is lost to a dropped connection (seed §10, details in :mod:`clawlet.execplane.offline`):
 
 * fire-and-forget records (``report_usage``, ``log_audit``, ``submit_evolution``, …) are always
   appended to ``<state_dir>/usage_queue.jsonl`` first (fsynced) and sent from there in order by a pump
@@ -73,18 +73,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from clawlet.cluster.offline import (
-    DEFAULT_SSE_BUFFER_LIMIT,
-    USAGE_QUEUE_FILE,
-    DiskQueue,
-    QueueBatch,
-    ReplayBuffer,
-)
 from clawlet.cluster.protocol import (
     CLOSE_UNAUTHORIZED,
     ERR_PROTOCOL_MISMATCH,
@@ -128,6 +121,14 @@ from clawlet.cluster.protocol import (
     request_frame,
     resume_frame,
     sse_event_frame,
+)
+from clawlet.events import Event, Usage, event_to_json
+from clawlet.execplane.offline import (
+    DEFAULT_SSE_BUFFER_LIMIT,
+    USAGE_QUEUE_FILE,
+    DiskQueue,
+    QueueBatch,
+    ReplayBuffer,
 )
 from clawlet.ws_client import (
     Connection,
@@ -286,7 +287,7 @@ class ControlPlaneClient(SocketClient):
         self.on_stop_session = on_stop_session
         self.on_http: Callable[[Mapping[str, Any]], None] | None = None
         """Called in order, from the reader, with each ``http_request`` / ``http_cancel`` /
-        ``http_resume`` frame (the tunnel: :class:`clawlet.cluster.tunnel.TunnelServer`)."""
+        ``http_resume`` frame (the tunnel: :class:`clawlet.execplane.tunnel.TunnelServer`)."""
         self.stream_id = uuid.uuid4().hex[:16]
         """Numbers this process's SSE events (``sse_event.stream``)."""
         self._socket = ReconnectingSocket[_Link](
@@ -957,3 +958,21 @@ class ControlPlaneClient(SocketClient):
             if not ack.done():
                 ack.set_exception(ConnectionClosed(None, None))
                 ack.exception()
+
+
+class EventSink(Protocol):
+    """What :func:`forward_event` needs of :class:`ControlPlaneClient`."""
+
+    async def send_sse_event(self, session_id: str, data: Any) -> int: ...
+
+    async def report_usage(
+        self, session_id: str, model: str, tokens_in: int, tokens_out: int, **extra: Any
+    ) -> None: ...
+
+
+async def forward_event(sink: EventSink, session_id: str, event: Event, *, model: str) -> None:
+    """Send ``event`` of ``session_id`` to the control plane as an ``sse_event`` (buffered while
+    disconnected); a ``Usage`` with tokens also as a usage report (queued on disk meanwhile)."""
+    await sink.send_sse_event(session_id, event_to_json(event))
+    if isinstance(event, Usage) and (event.input_tokens or event.output_tokens):
+        await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens)

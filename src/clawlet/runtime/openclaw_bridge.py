@@ -46,7 +46,7 @@ There is no fallback: without Node ≥ 24.16 and OpenClaw, :func:`openclaw_avail
 :class:`OpenClawUnavailable` with that reason and how to fix it (:data:`INSTALL_HINT`).
 
 **In the exec plane** (``clawlet exec-plane``, ``runtime_type: "openclaw"``) one adapter serves one
-session; :class:`~clawlet.cluster.exec_plane.ExecPlane` calls ``preflight`` before it starts anything
+session; :class:`~clawlet.execplane.daemon.ExecPlane` calls ``preflight`` before it starts anything
 (a failure refuses the session with that message as its ``execution_error``) and runs the adapter in
 its own process, not in a session process: the bridge already is a process of its own (see the exec
 plane's docstring). It gives the bridge ``init``'s API keys, the session's ``agent_config``, skill

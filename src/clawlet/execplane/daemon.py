@@ -6,7 +6,7 @@ control plane forwards the user's HTTP requests to it) and runs its lifespan. It
 ``SessionManager`` (one per workspace) keeps every session's one transcript (``home/sessions/``,
 exactly as in local mode) and its paused turns, and runs every turn: an API request's and a seed
 frame's alike. Its runtimes are :class:`SessionRuntime`: ``engine`` (the default) runs in a session
-process (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`, a pure runtime fed each
+process (:class:`~clawlet.runtime.process.ProcessSessionAdapter`, a pure runtime fed each
 turn's history, context, pause point and decision), ``openclaw`` on the bridge (below). A session
 the control plane started with ``start_session`` runs on the runtime made from that frame's data;
 any other (one an API request starts) gets one made from ``init``'s optional ``runtime_type``,
@@ -18,12 +18,12 @@ ends a ``transcript_sync {session_id, workspace, title, messages}`` record (the 
 as ``GET /api/sessions/{id}/history`` has it) goes out through the client's at-least-once queue.
 
 The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
-(:class:`~clawlet.cluster.client.ControlPlaneClient`), act on the default workspace:
+(:class:`~clawlet.execplane.client.ControlPlaneClient`), act on the default workspace:
 
 * ``start_session`` picks the runtime from ``runtime_type`` through a factory table: ``engine``
   (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
-  (:class:`~clawlet.cluster.session_process.ProcessSessionAdapter`); ``openclaw`` runs the session on
-  OpenClaw through the Node.js bridge (:class:`~clawlet.cluster.openclaw_bridge.OpenClawBridgeAdapter`,
+  (:class:`~clawlet.runtime.process.ProcessSessionAdapter`); ``openclaw`` runs the session on
+  OpenClaw through the Node.js bridge (:class:`~clawlet.runtime.openclaw_bridge.OpenClawBridgeAdapter`,
   below). Any other type is refused with a ``RunFailed`` event and nothing is started (no fallback
   to another runtime); so is an ``openclaw`` session on a machine without Node >= 24.16 and the
   ``openclaw`` CLI (the error names what is missing and how to fix it). Later messages to a refused
@@ -38,7 +38,7 @@ The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
 * ``user_message`` (``data.content``, or the seed's ``data.message``) runs one turn through
   ``api_app``'s ``SessionManager`` (no title is generated); the turn's events go out as they are,
   each an ``sse_event`` frame holding the clawlet event's JSON encoding
-  (:mod:`clawlet.cluster.events`); its token usage also as ``usage_report``. ``data.approval_mode``
+  (:mod:`clawlet.controlplane.seed_events`); its token usage also as ``usage_report``. ``data.approval_mode``
   (``deny`` by default, ``ask``, ``allow``) says what the turn does with tools whose approval policy
   is ``ask``: with ``ask`` it may end waiting (``RunWaiting``), and the decision comes as an HTTP
   request to ``api_app`` (``POST /api/sessions/{id}/approvals/{approval_id}``).
@@ -58,7 +58,7 @@ A session that fails (its process crashes, hangs, or cannot start) reports ``Run
 turn it was running and nothing else is affected; its next message starts a new process.
 
 ``engine`` session processes are forked from a pre-loaded **session template** process
-(:mod:`clawlet.cluster.session_template`; it has imported the engine already, so a session starts in
+(:mod:`clawlet.execplane.session_template`; it has imported the engine already, so a session starts in
 milliseconds instead of a CPU-second) that :meth:`ExecPlane.start` starts and
 :meth:`ExecPlane.shutdown` stops; a template that dies is restarted, and sessions are spawned as
 fresh interpreters meanwhile (``CLAWLET_SESSION_TEMPLATE=false``: always).
@@ -78,8 +78,8 @@ The bridge is configured by this machine: the bridge in ``bridge/`` of this sour
 (``CLAWLET_OPENCLAW_BRIDGE``), OpenClaw's Node (``CLAWLET_OPENCLAW_NODE``, else ``node`` on
 ``PATH``), the ``openclaw`` CLI (``CLAWLET_OPENCLAW_BIN``, else on ``PATH``), or the
 ``openclaw_options`` given to :class:`ExecPlane`. Before anything is started or created,
-:meth:`~clawlet.cluster.openclaw_bridge.OpenClawBridgeAdapter.preflight` checks them (``node
---version``, as :func:`~clawlet.cluster.openclaw_bridge.openclaw_available` does). From
+:meth:`~clawlet.runtime.openclaw_bridge.OpenClawBridgeAdapter.preflight` checks them (``node
+--version``, as :func:`~clawlet.runtime.openclaw_bridge.openclaw_available` does). From
 ``start_session`` the bridge gets ``agent_config`` (``model``, ``provider``, ``base_url``,
 ``system_prompt``; without a ``model`` from the control plane, this machine's own ``CLAWLET_LLM_*``
 model: :func:`openclaw_agent_config`), the skill index entries whose requirements this machine meets, and
@@ -108,7 +108,7 @@ Layout of ``state_dir`` (the seed's ``~/.semibot``)::
                                   the same for a session of a named workspace (whose home, with
                                   its transcripts, is home/workspaces/<name>/)
     session-template.log          the session template's log (the pre-loaded process that forks the
-                                  engine's session processes: clawlet.cluster.session_template)
+                                  engine's session processes: clawlet.execplane.session_template)
     sessions/<session_id>/openclaw-memory/
                                   an openclaw session: bridge.log, skills/ (or, with a private
                                   gateway, state/openclaw.json and workspace/), OpenClaw's own state
@@ -138,14 +138,6 @@ from typing import Any, Final, cast
 from fastapi import FastAPI
 
 from clawlet.api.app import create_app
-from clawlet.cluster.client import ControlPlaneClient, ControlPlaneRefused, ControlPlaneUnavailable, safe_url
-from clawlet.cluster.events import forward_event
-from clawlet.cluster.openclaw_bridge import (
-    BridgeOptions,
-    BridgeSpec,
-    OpenClawBridgeAdapter,
-    OpenClawBridgeError,
-)
 from clawlet.cluster.protocol import (
     FF_AUDIT_LOG,
     FF_SNAPSHOT_SYNC,
@@ -155,32 +147,40 @@ from clawlet.cluster.protocol import (
     METHOD_MCP_CALL,
     METHOD_MEMORY_SEARCH,
 )
-from clawlet.cluster.session_process import (
-    ProcessOptions,
-    ProcessSessionAdapter,
-    RequestHandler,
-    SessionProcessSpec,
-    SkillRef,
+from clawlet.config import Settings
+from clawlet.engine.agent import AgentEngine
+from clawlet.engine.approvals import Decision
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.events import Event, Pending, RunCancelled, RunFailed, RunFinished
+from clawlet.execplane.client import (
+    ControlPlaneClient,
+    ControlPlaneRefused,
+    ControlPlaneUnavailable,
+    forward_event,
+    safe_url,
 )
-from clawlet.cluster.session_template import SessionTemplate, template_supported
-from clawlet.cluster.skill_cache import (
+from clawlet.execplane.session_template import SessionTemplate, template_supported
+from clawlet.execplane.skill_cache import (
     SkillIndexEntry,
     SkillPackageCache,
     available_skills_block,
     check_requirements,
     parse_skill_index,
 )
-from clawlet.cluster.tunnel import TunnelServer
-from clawlet.config import Settings
-from clawlet.engine.agent import AgentEngine
-from clawlet.engine.approvals import Decision
-from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.events import Event, Pending, RunCancelled, RunFailed, RunFinished
+from clawlet.execplane.tunnel import TunnelServer
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
 from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
 from clawlet.runtime.manager import Run, SessionBusy, SessionManager, SessionWaiting
+from clawlet.runtime.openclaw_bridge import (
+    BridgeOptions,
+    BridgeSpec,
+    OpenClawBridgeAdapter,
+    OpenClawBridgeError,
+)
+from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
+from clawlet.runtime.process_pipe import RequestHandler, SkillRef
 from clawlet.services import Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id
 
@@ -709,7 +709,7 @@ class ExecPlane:
     async def openclaw_bridge_adapter(self, spec: SessionSpec) -> RuntimeAdapter:
         """The ``openclaw`` runtime: the Node.js bridge driving OpenClaw, run from this process.
 
-        Raises :class:`~clawlet.cluster.openclaw_bridge.OpenClawUnavailable` (naming what is missing)
+        Raises :class:`~clawlet.runtime.openclaw_bridge.OpenClawUnavailable` (naming what is missing)
         when the bridge could not start here; nothing has been started or created then."""
         data = spec.data
         agent_config = openclaw_agent_config(spec.settings, data.get("agent_config") or {})

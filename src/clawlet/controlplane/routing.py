@@ -1,8 +1,8 @@
 """The control plane's end of the HTTP tunnel: a user's request reaches their execution plane from
 whichever control-plane instance it arrived at.
 
-:class:`TunnelRouter` belongs to one :class:`~clawlet.cluster.control_plane.ControlPlane` (one
-instance) and talks to the others through the broker (:mod:`clawlet.cluster.broker`: in-process by
+:class:`TunnelRouter` belongs to one :class:`~clawlet.controlplane.server.ControlPlane` (one
+instance) and talks to the others through the broker (:mod:`clawlet.controlplane.broker`: in-process by
 default, Redis with ``CLAWLET_REDIS_URL``). One path for every case, the single machine included:
 
 * The instance holding a user's ``/ws/vm`` socket has **claimed** that user (a presence record that
@@ -32,7 +32,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from clawlet.cluster.broker import Broker
 from clawlet.cluster.protocol import (
     FrameError,
     HttpFrame,
@@ -41,6 +40,7 @@ from clawlet.cluster.protocol import (
     http_resume_frame,
     parse_frame,
 )
+from clawlet.controlplane.broker import Broker
 
 log = logging.getLogger(__name__)
 

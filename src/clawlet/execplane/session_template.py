@@ -3,18 +3,18 @@ fork server; issue 15 §5).
 
 Starting a session process from scratch costs about 1.5 CPU-seconds, most of it importing LangChain,
 LangGraph and the provider SDKs. The exec plane therefore starts one **template** process
-(``<python> -m clawlet.cluster.session_template``) that imports all of that once (:data:`PRELOAD`),
+(``<python> -m clawlet.execplane.session_template``) that imports all of that once (:data:`PRELOAD`),
 freezes what it has built out of the garbage collector's reach (``gc.freeze()``, so the collector
 never writes to those pages and they stay shared copy-on-write) and then waits, single-threaded and
 without an event loop, for fork requests. Each session process is a ``fork()`` of it that runs
-exactly what ``python -m clawlet.cluster.session_process`` runs
-(:func:`clawlet.cluster.session_process.run_child`: its own logging, its own event loop, the same
+exactly what ``python -m clawlet.execplane.session_child`` runs
+(:func:`clawlet.execplane.session_child.run_child`: its own logging, its own event loop, the same
 pipe protocol), so nothing on the parent's side changes but where the process comes from.
 
 **What a forked session gets** is what a spawned one gets: fd 0/1 are pipes to the exec plane (the
 pipe protocol), fd 2 is ``<session dir>/process.log``, the working directory is the home, it runs
 in a session of its own (``setsid``), and its environment is the template's, which the exec plane
-started with :func:`~clawlet.cluster.session_process.child_environment` (no secret: the process's
+started with :func:`~clawlet.runtime.process.child_environment` (no secret: the process's
 ``/proc/<pid>/environ`` is the template's environment block). The template holds no control-plane
 connection, no API key (those travel in each session's ``init`` on its pipe) and no other
 session's descriptors (it closes each request's descriptors right after forking). A forked session
@@ -62,19 +62,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from clawlet.cluster.session_process import (
-    EXIT_UNKNOWN,
-    LINE_LIMIT,
-    child_environment,
-    describe_exit,
-    pipe_streams,
-)
+from clawlet.runtime.process import EXIT_UNKNOWN, child_environment, describe_exit
+from clawlet.runtime.process_pipe import LINE_LIMIT, pipe_streams
 
-TEMPLATE_MODULE: Final = "clawlet.cluster.session_template"
+TEMPLATE_MODULE: Final = "clawlet.execplane.session_template"
 log = logging.getLogger(TEMPLATE_MODULE)  # not __name__: the template runs this module as __main__
 PACKET_LIMIT: Final = 64 * 1024
 PRELOAD: Final = (
-    "clawlet.cluster.session_process",
+    "clawlet.execplane.session_child",
     "clawlet.logs",
     "clawlet.memory.stores",
     "clawlet.runtime.engine_adapter",
@@ -156,7 +151,7 @@ def _become_session(fds: list[int], cwd: str, closing: list[int]) -> NoReturn:
             if fd > 2:
                 os.close(fd)
         os.chdir(cwd)
-        from clawlet.cluster.session_process import run_child
+        from clawlet.execplane.session_child import run_child
 
         code = run_child()
     except SystemExit as exc:
@@ -266,7 +261,7 @@ def main() -> None:
 
 
 class TemplateChild:
-    """A session process the template forked, for :class:`~clawlet.cluster.session_process.
+    """A session process the template forked, for :class:`~clawlet.runtime.process.
     ProcessSessionAdapter` (what it uses of ``asyncio.subprocess.Process``: ``pid``,
     ``returncode``, ``stdin``, ``stdout``, ``wait()``). Not the exec plane's child: its exit status
     comes from the template (:data:`EXIT_UNKNOWN` if the template died first)."""

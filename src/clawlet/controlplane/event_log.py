@@ -1,6 +1,6 @@
 """The control plane's durable event log of sessions and its copy of their transcripts.
 
-Tables (in the control plane's database, :mod:`clawlet.cluster.cp_db`; times are epoch ms):
+Tables (in the control plane's database, :mod:`clawlet.controlplane.db`; times are epoch ms):
 
 * ``session_events`` — every ``sse_event`` an execution plane sent, once: ``(session_id, n)`` is
   the key, where ``n`` = 1, 2, 3, … numbers a session's events in the order this control plane
@@ -32,7 +32,7 @@ from typing import Any, Final, TypedDict
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from clawlet.cluster.cp_db import insert_ignoring_duplicates, metadata, now_ms, parse_ts, upsert_where
+from clawlet.controlplane.db import insert_ignoring_duplicates, metadata, now_ms, parse_ts, upsert_where
 
 READ_PAGE: Final = 500
 """Events :meth:`EventLog.read` returns at most by default."""

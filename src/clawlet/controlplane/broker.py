@@ -18,7 +18,7 @@ Every ``clawlet control-plane serve`` process has a broker with its own ``instan
   (``http_resume``).
 
 Two implementations: :class:`LocalBroker` (in-process; the single-machine default, used when
-``CLAWLET_REDIS_URL`` is unset) and :class:`clawlet.cluster.redis_broker.RedisBroker` (Redis, for any
+``CLAWLET_REDIS_URL`` is unset) and :class:`clawlet.controlplane.redis_broker.RedisBroker` (Redis, for any
 number of instances). :func:`broker_from_url` picks one.
 """
 
@@ -353,6 +353,6 @@ def broker_from_url(
     if not url or not url.strip():
         return LocalBroker(instance_id=instance_id, presence_ttl=presence_ttl)
     check_redis_url(url)
-    from clawlet.cluster.redis_broker import RedisBroker
+    from clawlet.controlplane.redis_broker import RedisBroker
 
     return RedisBroker(url.strip(), instance_id=instance_id, presence_ttl=presence_ttl)

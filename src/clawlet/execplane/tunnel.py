@@ -1,5 +1,5 @@
 """The execution plane's end of the HTTP tunnel: the control plane's ``http_request`` frames run
-through the user's own local-mode app (:attr:`clawlet.cluster.exec_plane.ExecPlane.api_app`).
+through the user's own local-mode app (:attr:`clawlet.execplane.daemon.ExecPlane.api_app`).
 
 Cluster mode's API is not a second implementation: a request a user sends to any control-plane
 instance (``/api/*``, ``/v1/*``, ``/process``) travels over ``/ws/vm`` as an ``http_request`` frame

@@ -27,7 +27,7 @@ the database (``controlplane.db``, or ``CLAWLET_CP_DATABASE_URL``), the VM-token
 (``users/<id>/``) and ``server.json``, where ``serve`` records the URL execution planes reach it at
 (so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``). ``serve`` keeps the secret, the
 database URL and the Redis URL (``CLAWLET_REDIS_URL``: the broker of several instances, see
-:mod:`clawlet.cluster.broker`) in memory only, out of its environment (see :mod:`clawlet.secret_env`).
+:mod:`clawlet.controlplane.broker`) in memory only, out of its environment (see :mod:`clawlet.secret_env`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from clawlet.cluster.broker import ENV_REDIS_URL, check_redis_url
 from clawlet.config import Settings
+from clawlet.controlplane.broker import ENV_REDIS_URL, check_redis_url
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.storage import atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` stays quick
-    from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig
-    from clawlet.cluster.cp_db import UserRecord
+    from clawlet.controlplane.db import UserRecord
+    from clawlet.controlplane.server import ControlPlane, ControlPlaneConfig
 
 DEFAULT_PORT: Final = 8100
 ENV_JWT_SECRET: Final = "CLAWLET_CP_JWT_SECRET"  # noqa: S105 (a variable name)
@@ -65,7 +65,7 @@ def jwt_secret(data_dir: Path) -> str:
     from_env = ENVIRON_WITH_SECRETS.get(ENV_JWT_SECRET, "").strip()
     if from_env:
         return from_env
-    from clawlet.cluster.control_plane import new_jwt_secret
+    from clawlet.controlplane.server import new_jwt_secret
 
     path = data_dir / SECRET_FILE
     if not path.exists():
@@ -86,7 +86,7 @@ def recorded_public_url(data_dir: Path) -> str | None:
 
 def build_config(data_dir: Path, public_url: str | None = None) -> ControlPlaneConfig:
     """The control plane's config for ``data_dir`` (``public_url``: else the one ``serve`` recorded)."""
-    from clawlet.cluster.control_plane import ControlPlaneConfig
+    from clawlet.controlplane.server import ControlPlaneConfig
 
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ def model_settings_argument(args: argparse.Namespace) -> dict[str, str] | None:
         if args.base_url is not None:
             raise ValueError("--base-url goes with --model")
         return None
-    from clawlet.cluster.control_plane import check_model_settings
+    from clawlet.controlplane.server import check_model_settings
 
     return check_model_settings({"model": args.model, "base_url": args.base_url or ""})
 
@@ -210,9 +210,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     data_dir = Path(args.data_dir).expanduser() if args.data_dir else default_data_dir(settings)
     if args.action == "serve":
         return serve(settings, data_dir, args.host, args.port, args.public_url)
-    from clawlet.cluster.control_plane import ControlPlane
-    from clawlet.cluster.cp_db import UnknownUser, UserExists
-    from clawlet.cluster.cp_userdata import InvalidUserId
+    from clawlet.controlplane.db import UnknownUser, UserExists
+    from clawlet.controlplane.server import ControlPlane
+    from clawlet.controlplane.userdata import InvalidUserId
 
     plane = ControlPlane(build_config(data_dir))
     try:
@@ -225,7 +225,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _admin(plane: ControlPlane, args: argparse.Namespace) -> int:
-    from clawlet.cluster.cp_db import UnknownUser
+    from clawlet.controlplane.db import UnknownUser
 
     if args.action == "add-user":
         keys: dict[str, str] = {}
@@ -310,8 +310,8 @@ def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: 
 
     from clawlet import __version__
     from clawlet.cli import GRACEFUL_SHUTDOWN_SECONDS
-    from clawlet.cluster.control_plane import install_ticket_redaction, server_config
-    from clawlet.cluster.frontend import create_cluster_app
+    from clawlet.controlplane.frontend import create_cluster_app
+    from clawlet.controlplane.server import install_ticket_redaction, server_config
     from clawlet.logs import configure_logging
 
     shown_host = f"[{host}]" if ":" in host else host

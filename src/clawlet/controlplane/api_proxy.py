@@ -1,9 +1,9 @@
 """Cluster mode's API: every guarded request of a signed-in user, answered by that user's execution plane.
 
-:class:`TunnelProxy` is the ASGI app the cluster front door (:mod:`clawlet.cluster.frontend`) hands
+:class:`TunnelProxy` is the ASGI app the cluster front door (:mod:`clawlet.controlplane.frontend`) hands
 ``/api/*``, ``/v1/*``, ``/process`` and the API docs to once the bearer token named the user
 (``scope["state"]["user_id"]``). It reads the request (at most ``max_body`` bytes: 413 beyond), sends
-it through the tunnel (:class:`~clawlet.cluster.http_routing.TunnelRouter`) and streams the execution
+it through the tunnel (:class:`~clawlet.controlplane.routing.TunnelRouter`) and streams the execution
 plane's answer back as it comes, status and headers included: the workbench, the inbox, ``/v1`` and
 ``/process`` behave exactly as they do against ``clawlet serve`` on the user's machine, because that
 is what answers them.
@@ -30,9 +30,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from clawlet.api.origin_guard import refusal
-from clawlet.cluster.http_routing import ExecPlaneOffline, TunnelRouter
 from clawlet.cluster.protocol import HttpFrame, frame_body, http_request_frame
-from clawlet.cluster.tunnel import header_pairs
+from clawlet.controlplane.routing import ExecPlaneOffline, TunnelRouter
+from clawlet.execplane.tunnel import header_pairs
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Opened and migrated by :mod:`clawlet.sql`, like the inbox's: SQLite (WAL, foreign keys, a busy
 timeout) by default, in ``<data_dir>/controlplane.db``; the same code runs on PostgreSQL (``postgresql+psycopg://…``).
-Schema changes are numbered Alembic revisions in ``cp_migrations/versions/``, applied on start and
+Schema changes are numbered Alembic revisions in ``migrations/versions/``, applied on start and
 never edited once applied. The version table is ``controlplane_schema_version``, so the control
 plane can share a database with the inbox (whose tables are ``tasks`` and ``messages``).
 
@@ -26,9 +26,9 @@ Tables (times are epoch milliseconds unless said otherwise):
   encoding}]``); ``user_id`` NULL is a global package. Uniqueness is two partial unique indexes
   (NULLs are distinct in a plain unique key).
 * ``session_events``, ``session_event_counters``, ``session_transcripts`` — the durable event log
-  of sessions and their latest transcripts (defined and used by :mod:`clawlet.cluster.event_log`).
+  of sessions and their latest transcripts (defined and used by :mod:`clawlet.controlplane.event_log`).
 * ``tickets`` — connect tickets by SHA-256 digest (:class:`SqlTicketBackend`, times in epoch
-  seconds as :mod:`clawlet.cluster.auth` uses them); the claim is one conditional ``UPDATE``.
+  seconds as :mod:`clawlet.controlplane.auth` uses them); the claim is one conditional ``UPDATE``.
 
 :class:`ControlPlaneStore` is synchronous (call it from a thread in async code).
 """
@@ -49,7 +49,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from clawlet import sql
-from clawlet.cluster.auth import Claim, TicketRecord
+from clawlet.controlplane.auth import Claim, TicketRecord
 from clawlet.sql import create_db_engine
 
 VERSION_TABLE: Final = "controlplane_schema_version"
@@ -186,7 +186,7 @@ def default_database_url(data_dir: Path) -> str:
 
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Bring the control plane's schema up to ``revision``."""
-    sql.migrate(engine, "clawlet.cluster", "cp_migrations", VERSION_TABLE, revision)
+    sql.migrate(engine, "clawlet.controlplane", "migrations", VERSION_TABLE, revision)
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -783,7 +783,7 @@ class ControlPlaneStore:
 
 
 class SqlTicketBackend:
-    """:class:`clawlet.cluster.auth.TicketBackend` in the ``tickets`` table.
+    """:class:`clawlet.controlplane.auth.TicketBackend` in the ``tickets`` table.
 
     ``claim`` is a single ``UPDATE … SET used_at = now WHERE digest = … AND used_at IS NULL``: of
     any number of concurrent claims (threads, processes, control-plane replicas on one PostgreSQL)

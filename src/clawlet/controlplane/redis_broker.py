@@ -1,4 +1,4 @@
-"""The Redis broker (:mod:`clawlet.cluster.broker`'s contract over ``redis.asyncio``).
+"""The Redis broker (:mod:`clawlet.controlplane.broker`'s contract over ``redis.asyncio``).
 
 Keys and channels start with ``prefix`` (default ``clawlet:``): a presence record is
 ``<prefix>presence:<user>`` = instance id, written with ``SET … PX <ttl>``; refreshed and released
@@ -6,13 +6,13 @@ by Lua scripts that compare the holder first (atomic on the server); a channel `
 channel ``<prefix>channel:<name>``.
 
 All subscriptions of one broker share one pub/sub connection (a reader task fans messages out to the
-local :class:`~clawlet.cluster.broker.Subscription` s), which is also always subscribed to
+local :class:`~clawlet.controlplane.broker.Subscription` s), which is also always subscribed to
 ``<prefix>broker:<instance id>`` so it stays in subscribed mode, and is pinged when idle. When that
 connection drops (or stops answering), the reader reconnects with backoff and subscribes again to
 every channel that still has a local subscriber; **messages published meanwhile are lost** (Redis
 pub/sub is at most once: the control plane's event log and ``http_resume`` make up for it). Commands
 (publish, presence) run on a connection pool that retries twice and otherwise raise
-:class:`~clawlet.cluster.broker.BrokerUnavailable`; the presence refresher keeps trying and writes
+:class:`~clawlet.controlplane.broker.BrokerUnavailable`; the presence refresher keeps trying and writes
 records again that a Redis restart lost. No error or log line shows the URL's password.
 """
 
@@ -31,7 +31,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import RedisError
 
-from clawlet.cluster.broker import (
+from clawlet.controlplane.broker import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_PRESENCE_TTL,
     ENV_REDIS_URL,

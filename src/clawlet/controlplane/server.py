@@ -2,12 +2,12 @@
 
 :class:`ControlPlane` is the service; :func:`create_control_plane_app` puts it in a FastAPI app
 serving the ``/ws/vm`` WebSocket of :mod:`clawlet.cluster.protocol` (the other side is
-:class:`clawlet.cluster.client.ControlPlaneClient`).
+:class:`clawlet.execplane.client.ControlPlaneClient`).
 
 **Connecting.** An execution plane opens ``/ws/vm?user_id=<id>[&ticket=<ticket>]`` and must send
 ``auth {token}`` within ``auth_timeout`` seconds. The JWT is verified (PyJWT, HS256 pinned, every
 claim required; ``sub`` must be the URL's ``user_id``); a ticket in the URL is redeemed once, for
-that user, within its 30 s (tickets live in the database: :class:`~clawlet.cluster.cp_db.SqlTicketBackend`);
+that user, within its 30 s (tickets live in the database: :class:`~clawlet.controlplane.db.SqlTicketBackend`);
 no ticket means a reconnect, authenticated by the JWT alone. The user must exist and not be
 disabled. Then ``init {user_id, org_id?, api_keys, vm_id, heartbeat_ack, event_encoding}`` goes
 out. Every refusal is an ``error``
@@ -28,13 +28,13 @@ reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still
 
 **Fire-and-forget** records are stored de-duplicated by ``(user_id, id)`` (the client delivers at
 least once); ``snapshot_sync`` upserts, and so does ``transcript_sync`` (the latest transcript of
-each session). **SSE events** go to the durable event log (:mod:`clawlet.cluster.event_log`),
+each session). **SSE events** go to the durable event log (:mod:`clawlet.controlplane.event_log`),
 de-duplicated by ``(stream, session_id, seq)`` — an event whose ``seq`` is not above the last
 stored for its ``(stream, session)`` is dropped; one the database cannot take now (unreachable or
 busy) closes the connection, so the execution plane sends it again — and are then published, in
 order, to
 :meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
-(:mod:`clawlet.cluster.events`). A subscriber gets the log's events after the ``n`` it names, then
+(:mod:`clawlet.controlplane.seed_events`). A subscriber gets the log's events after the ``n`` it names, then
 the live ones, each once; the log is pruned to ``event_log_max_events`` per session and drops a
 session's events ``event_log_max_age`` seconds after its last one.
 
@@ -71,36 +71,6 @@ import uvicorn
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketState
 
-from clawlet.cluster.auth import (
-    MIN_SECRET_BYTES,
-    TicketRejected,
-    TicketStore,
-    TokenRejected,
-    issue_vm_token,
-    verify_vm_token,
-)
-from clawlet.cluster.broker import Broker, broker_from_url
-from clawlet.cluster.cp_db import (
-    ControlPlaneStore,
-    SessionRecord,
-    SkillPackageRecord,
-    SqlTicketBackend,
-    UnknownUser,
-    UserRecord,
-    default_database_url,
-)
-from clawlet.cluster.cp_userdata import (
-    ERR_INVALID_PARAMS,
-    ERR_NOT_FOUND,
-    MAX_TOP_K,
-    LongTermMemory,
-    McpCallError,
-    UserMcpServers,
-    check_user_id,
-)
-from clawlet.cluster.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
-from clawlet.cluster.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
-from clawlet.cluster.http_routing import TunnelRouter
 from clawlet.cluster.protocol import (
     AUTH,
     AUTH_TIMEOUT,
@@ -153,7 +123,37 @@ from clawlet.cluster.protocol import (
     stop_session_frame,
     user_message_frame,
 )
-from clawlet.cluster.skill_cache import (
+from clawlet.controlplane.auth import (
+    MIN_SECRET_BYTES,
+    TicketRejected,
+    TicketStore,
+    TokenRejected,
+    issue_vm_token,
+    verify_vm_token,
+)
+from clawlet.controlplane.broker import Broker, broker_from_url
+from clawlet.controlplane.db import (
+    ControlPlaneStore,
+    SessionRecord,
+    SkillPackageRecord,
+    SqlTicketBackend,
+    UnknownUser,
+    UserRecord,
+    default_database_url,
+)
+from clawlet.controlplane.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
+from clawlet.controlplane.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
+from clawlet.controlplane.routing import TunnelRouter
+from clawlet.controlplane.userdata import (
+    ERR_INVALID_PARAMS,
+    ERR_NOT_FOUND,
+    MAX_TOP_K,
+    LongTermMemory,
+    McpCallError,
+    UserMcpServers,
+    check_user_id,
+)
+from clawlet.execplane.skill_cache import (
     LATEST,
     SKILL_MD,
     SkillUnavailable,
@@ -190,7 +190,7 @@ class ControlPlaneConfig:
     """Default ``sqlite:///<data_dir>/controlplane.db``; ``postgresql+psycopg://…`` works too."""
     redis_url: str | None = None
     """The broker shared by every instance (``CLAWLET_REDIS_URL``, ``redis://…``); ``None``: in-process
-    (one instance). See :mod:`clawlet.cluster.broker`."""
+    (one instance). See :mod:`clawlet.controlplane.broker`."""
     public_url: str = "ws://127.0.0.1:8002"
     """Where execution planes reach this control plane (``ws``/``wss``, or ``http``/``https``)."""
     vm_token_ttl: float = DEFAULT_VM_TOKEN_TTL

@@ -1,7 +1,7 @@
 """The durable event log of sessions (``session_events``, numbered per session by
 ``session_event_counters``) and the latest transcript of each session (``session_transcripts``),
 kept for the control plane to replay events from and to answer from while an execution plane is
-offline (:mod:`clawlet.cluster.event_log`).
+offline (:mod:`clawlet.controlplane.event_log`).
 
 Revision ID: 0004
 Revises: 0003

@@ -1,1 +1,0 @@
-"""Alembic migrations of the control plane database (applied by ``clawlet.cluster.cp_db.migrate``)."""

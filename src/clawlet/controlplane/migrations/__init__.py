@@ -1,0 +1,1 @@
+"""Alembic migrations of the control plane database (applied by ``clawlet.controlplane.db.migrate``)."""
