@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,7 @@ from clawlet.cluster.protocol import (
     auth_frame,
     encode,
     fire_and_forget_frame,
+    heartbeat_frame,
     request_frame,
     resume_frame,
     sse_event_frame,
@@ -206,10 +208,13 @@ async def recv_type(ws: ClientConnection, kind: str, timeout: float = 5.0) -> di
             return frame
 
 
-async def settle(ws: ClientConnection) -> None:
-    """Everything sent on ``ws`` before was handled: the control plane reads frames in order."""
-    await ws.send(encode(resume_frame([])))
-    await recv_type(ws, "resume_response")
+async def settle(ws: ClientConnection, timeout: float = 60.0) -> None:
+    """Everything sent on ``ws`` before was handled, its ``sse_event`` frames stored: the control
+    plane acknowledges a heartbeat with an id only then."""
+    ack_id = uuid.uuid4().hex
+    await ws.send(encode(heartbeat_frame(ack_id=ack_id)))
+    while (await recv_type(ws, "heartbeat", timeout)).get("id") != ack_id:
+        pass
 
 
 @pytest.fixture
