@@ -249,6 +249,9 @@ async def test_handshake_sends_init_with_that_users_keys(
         "skill_index": [],
     }
     assert init_b["api_keys"] == BOB_KEYS and init_b["user_id"] == BOB and "org_id" not in init_b
+    # frames go uncompressed (permessage-deflate cost both planes CPU on every small event)
+    conn = a._socket.current
+    assert conn is not None and "Sec-WebSocket-Extensions" not in conn.ws.request.headers  # type: ignore[union-attr]
     assert a.api_keys == ALICE_KEYS
     assert cp.plane.connected_users() == [ALICE, BOB]
     vm = cp.plane.store.get_vm(alice.vm_id)
