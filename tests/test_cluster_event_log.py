@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from websockets.exceptions import ConnectionClosed
 
 from clawlet.cluster.control_plane import ControlPlane, ControlPlaneConfig, SessionNotFound, session_key
 from clawlet.cluster.cp_cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
@@ -414,6 +415,32 @@ async def test_queued_events_are_stored_in_few_transactions_and_acknowledged_aft
     assert sum(inserts) == total and len(inserts) <= 2
     events = cp.plane.event_log.read(session_key(ALICE, "s1"), 0)
     assert [(e["id"], e["data"]) for e in events] == [(n, f"e{n}") for n in range(1, total + 1)]
+
+
+async def test_a_heartbeat_after_an_event_the_database_refused_is_never_acknowledged(
+    cp_harness: Harness,
+) -> None:
+    cp = cp_harness
+    alice = cp.user(ALICE)
+    ws = await cp.raw_connect(ALICE, alice.token, alice.ticket)
+    await recv_type(ws, "init")
+    await cp.plane.start_session(ALICE, "s1", {})
+
+    def busy(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT INTO session_events"):
+            raise sqlite3.OperationalError("database is locked")
+
+    sa.event.listen(cp.plane.store.engine, "before_cursor_execute", busy)
+    await ws.send(encode(sse_event_frame("s1", "lost", 1, "A")))
+    await ws.send(encode(heartbeat_frame(ack_id="after-the-lost-event")))
+    with pytest.raises(ConnectionClosed):  # closed, never acknowledged
+        while True:
+            assert (await recv_type(ws, "heartbeat", timeout=WAIT)).get("id") != "after-the-lost-event"
+
+    def heartbeats_waiting() -> list[asyncio.Task[Any]]:
+        return [t for t in cp.plane._tasks if "_on_heartbeat" in repr(t.get_coro())]
+
+    await until(lambda: not heartbeats_waiting(), WAIT)  # nothing left waiting for the writer
 
 
 async def test_an_event_whose_seq_no_bigint_holds_is_refused(cp_harness: Harness) -> None:

@@ -61,10 +61,10 @@ import secrets
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
@@ -403,6 +403,21 @@ class _QueuedEvent:
     stream: str | None
     seq: int | None
     data: Any
+
+
+_Stored: TypeAlias = "_QueuedEvent | asyncio.Future[None] | None"
+
+
+def _drain(queue: asyncio.Queue[_Stored]) -> Iterator[_Stored]:
+    """What ``queue`` holds now, oldest first (taken from it)."""
+    while not queue.empty():
+        yield queue.get_nowait()
+
+
+def _drop_barriers(items: Iterable[_Stored]) -> None:
+    for item in items:
+        if isinstance(item, asyncio.Future):
+            item.cancel()
 
 
 EventReader = Callable[[int, int | None], Awaitable[list[SessionEvent]]]
@@ -1169,6 +1184,8 @@ class ControlPlane:
             except BaseException:
                 writer.cancel()
                 raise
+            finally:
+                _drop_barriers(list(_drain(link.to_store)))  # left by a writer that failed
 
     async def _read_frames_until_closed(self, link: _VmLink) -> None:
         while True:
@@ -1415,9 +1432,7 @@ class ControlPlane:
         heartbeats queued among them be acknowledged. An event the database cannot take now
         closes the link (the execution plane sends it again) and ends the writer."""
         while True:
-            items = [await link.to_store.get()]
-            while not link.to_store.empty():
-                items.append(link.to_store.get_nowait())
+            items = [await link.to_store.get(), *_drain(link.to_store)]
             batches: dict[_SessionState, list[_QueuedEvent]] = {}
             for item in items:
                 if isinstance(item, _QueuedEvent):
@@ -1426,6 +1441,7 @@ class ControlPlane:
                 for state, batch in batches.items():
                     await self._store_events(link, state, batch)
             except _LinkClosed:
+                _drop_barriers(items)  # their heartbeats are never acknowledged
                 return
             for item in items:
                 if isinstance(item, asyncio.Future) and not item.done():
