@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from websockets.exceptions import ConnectionClosed
 
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.cluster.protocol import (
@@ -25,6 +26,8 @@ from clawlet.cluster.protocol import (
     MAX_SEQ,
     encode,
     fire_and_forget_frame,
+    heartbeat_frame,
+    resume_frame,
     sse_event_frame,
 )
 from clawlet.controlplane.cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
@@ -105,6 +108,28 @@ def test_a_replayed_event_is_stored_once(log: EventLog, database_url: str) -> No
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_a_batch_is_stored_in_one_transaction_without_its_replays(log: EventLog) -> None:
+    assert log.append(ALICE, "s1", "A", 2, "A2") is not None
+    statements: list[str] = []
+    sa.event.listen(log.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    sent = [("A", 1), ("A", 3), ("B", 1), ("A", 3), (None, None), ("A", 4), ("B", 1), ("B", 2)]
+    stored = log.append_batch(ALICE, "s1", [(stream, seq, f"{stream}{seq}") for stream, seq in sent])
+    assert [(a.event["id"], a.event["data"], a.previous_seq) for a in stored] == [
+        (2, "A3", 2),
+        (3, "B1", None),
+        (4, "NoneNone", None),
+        (5, "A4", 3),
+        (6, "B2", 1),
+    ]
+    assert sum(statement.startswith("INSERT INTO session_events") for statement in statements) == 1
+    assert [e["data"] for e in log.read("s1", 0)] == ["A2", "A3", "B1", "NoneNone", "A4", "B2"]
+    statements.clear()
+    assert log.append_batch(ALICE, "s1", [("A", 4, "again"), ("B", 1, "again")]) == []
+    assert not any(statement.startswith("INSERT INTO session_events") for statement in statements)
+    assert log.append(ALICE, "s1", "A", 5, "A5") is not None and log.count("s1") == 7
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 def test_two_control_planes_appending_to_one_session_get_distinct_gap_free_numbers(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -122,13 +147,15 @@ def test_two_control_planes_appending_to_one_session_get_distinct_gap_free_numbe
     def append(plane: ControlPlane, thread: int) -> None:
         try:
             start.wait(30)
-            for seq in range(1, per_thread + 1):
+            size = 1 + 3 * thread  # batches of 1, 4, 7 events, each repeating the last one before
+            for first in range(1, per_thread + 1, size):
                 # every event is sent to both instances (an execution plane that reconnected to
                 # the other one replays it): stored once, by whichever is first
-                appended = plane.event_log.append(ALICE, "shared", f"stream-{thread}", seq, [thread, seq])
-                if appended is not None:
-                    with lock:
-                        numbers.append(appended.event["id"])
+                seqs = range(max(1, first - 1), min(first + size, per_thread + 1))
+                batch = [(f"stream-{thread}", seq, [thread, seq]) for seq in seqs]
+                stored = plane.event_log.append_batch(ALICE, "shared", batch)
+                with lock:
+                    numbers.extend(appended.event["id"] for appended in stored)
         except BaseException as exc:
             errors.append(exc)
 
@@ -350,6 +377,70 @@ async def test_an_event_the_database_cannot_take_now_is_sent_again(cp_harness: H
         "second",
         "third",
     ]
+
+
+async def test_queued_events_are_stored_in_few_transactions_and_acknowledged_after(
+    cp_harness: Harness,
+) -> None:
+    cp = cp_harness
+    alice = cp.user(ALICE)
+    ws = await cp.raw_connect(ALICE, alice.token, alice.ticket)
+    await recv_type(ws, "init")
+    await cp.plane.start_session(ALICE, "s1", {})
+    inserts: list[int] = []
+    release = threading.Event()
+
+    def hold_the_first(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.startswith("INSERT INTO session_events"):
+            inserts.append(len(parameters) if isinstance(parameters, list) else 1)
+            if len(inserts) == 1:
+                release.wait(WAIT)  # the database is slow: the link's frames queue meanwhile
+
+    sa.event.listen(cp.plane.store.engine, "before_cursor_execute", hold_the_first)
+    try:
+        total = 100
+        for seq in range(1, total + 1):
+            await ws.send(encode(sse_event_frame("s1", f"e{seq}", seq, "A")))
+        await ws.send(encode(heartbeat_frame(ack_id="after-the-events")))
+        # the reader does not wait for the database: another frame is answered meanwhile
+        await ws.send(encode(resume_frame([])))
+        await recv_type(ws, "resume_response", timeout=WAIT)
+        await until(lambda: len(inserts) == 1, WAIT)  # held: every event queued or in that batch
+    finally:
+        release.set()
+    ack = await recv_type(ws, "heartbeat", timeout=WAIT)
+    assert ack["id"] == "after-the-events"
+    # acknowledged after every event before it was stored: the writer's first batch (whatever was
+    # queued when it woke), then all the others at once
+    assert sum(inserts) == total and len(inserts) <= 2
+    events = cp.plane.event_log.read(session_key(ALICE, "s1"), 0)
+    assert [(e["id"], e["data"]) for e in events] == [(n, f"e{n}") for n in range(1, total + 1)]
+
+
+async def test_a_heartbeat_after_an_event_the_database_refused_is_never_acknowledged(
+    cp_harness: Harness,
+) -> None:
+    cp = cp_harness
+    alice = cp.user(ALICE)
+    ws = await cp.raw_connect(ALICE, alice.token, alice.ticket)
+    await recv_type(ws, "init")
+    await cp.plane.start_session(ALICE, "s1", {})
+
+    def busy(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT INTO session_events"):
+            raise sqlite3.OperationalError("database is locked")
+
+    sa.event.listen(cp.plane.store.engine, "before_cursor_execute", busy)
+    await ws.send(encode(sse_event_frame("s1", "lost", 1, "A")))
+    await ws.send(encode(heartbeat_frame(ack_id="after-the-lost-event")))
+    with pytest.raises(ConnectionClosed):  # closed, never acknowledged
+        while True:
+            assert (await recv_type(ws, "heartbeat", timeout=WAIT)).get("id") != "after-the-lost-event"
+
+    def heartbeats_waiting() -> list[asyncio.Task[Any]]:
+        return [t for t in cp.plane._tasks if "_on_heartbeat" in repr(t.get_coro())]
+
+    await until(lambda: not heartbeats_waiting(), WAIT)  # nothing left waiting for the writer
 
 
 async def test_an_event_whose_seq_no_bigint_holds_is_refused(cp_harness: Harness) -> None:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from clawlet.cluster.protocol import (
     auth_frame,
     encode,
     fire_and_forget_frame,
+    heartbeat_frame,
     request_frame,
     resume_frame,
     sse_event_frame,
@@ -206,10 +208,13 @@ async def recv_type(ws: ClientConnection, kind: str, timeout: float = 5.0) -> di
             return frame
 
 
-async def settle(ws: ClientConnection) -> None:
-    """Everything sent on ``ws`` before was handled: the control plane reads frames in order."""
-    await ws.send(encode(resume_frame([])))
-    await recv_type(ws, "resume_response")
+async def settle(ws: ClientConnection, timeout: float = 60.0) -> None:
+    """Everything sent on ``ws`` before was handled, its ``sse_event`` frames stored: the control
+    plane acknowledges a heartbeat with an id only then."""
+    ack_id = uuid.uuid4().hex
+    await ws.send(encode(heartbeat_frame(ack_id=ack_id)))
+    while (await recv_type(ws, "heartbeat", timeout)).get("id") != ack_id:
+        pass
 
 
 @pytest.fixture
@@ -244,6 +249,9 @@ async def test_handshake_sends_init_with_that_users_keys(
         "skill_index": [],
     }
     assert init_b["api_keys"] == BOB_KEYS and init_b["user_id"] == BOB and "org_id" not in init_b
+    # frames go uncompressed (permessage-deflate cost both planes CPU on every small event)
+    conn = a._socket.current
+    assert conn is not None and "Sec-WebSocket-Extensions" not in conn.ws.request.headers  # type: ignore[union-attr]
     assert a.api_keys == ALICE_KEYS
     assert cp.plane.connected_users() == [ALICE, BOB]
     vm = cp.plane.store.get_vm(alice.vm_id)

@@ -58,6 +58,8 @@ class Limits:
     max_size: int = 64 * 1024 * 1024
     ping_interval: float | None = 20.0
     ping_timeout: float | None = 20.0
+    compression: str | None = "deflate"
+    """``None``: no permessage-deflate (it costs CPU on every frame, both ends)."""
 
 
 def safe_url(url: str) -> str:

@@ -6,11 +6,11 @@ Tables (in the control plane's database, :mod:`clawlet.controlplane.db`; times a
   the key, where ``n`` = 1, 2, 3, … numbers a session's events in the order this control plane
   cluster stored them (what subscribers resume ``after``); ``(session_id, stream, seq)`` is unique,
   so an event the execution plane sends again is stored once. ``data`` is the event's JSON text.
-* ``session_event_counters`` — each session's last ``n``. :meth:`EventLog.append` increments it in
-  the transaction that stores the event: the row lock makes appends to one session, from any
-  number of control plane instances sharing a PostgreSQL, take turns, so ``n`` has no gaps and no
-  repeats (SQLite has one writer at a time anyway). The counter outlives the session's events
-  (:meth:`EventLog.prune`), so ``n`` never starts again at 1.
+* ``session_event_counters`` — each session's last ``n``. :meth:`EventLog.append_batch` advances
+  it in the transaction that stores a batch of the session's events: the row lock makes appends to
+  one session, from any number of control plane instances sharing a PostgreSQL, take turns, so
+  ``n`` has no gaps and no repeats (SQLite has one writer at a time anyway). The counter outlives
+  the session's events (:meth:`EventLog.prune`), so ``n`` never starts again at 1.
 * ``session_transcripts`` — the latest transcript of each ``(user_id, workspace, session_id)`` as
   the execution plane's ``transcript_sync`` records bring it after every turn, for answering
   while that execution plane is offline.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
@@ -74,6 +74,10 @@ session_transcripts = sa.Table(
     sa.Column("ts", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
 )
+
+
+NewEvent = tuple[str | None, int | None, Any]
+"""An event to store: ``(stream, seq, data)``."""
 
 
 class SessionEvent(TypedDict):
@@ -125,61 +129,82 @@ class EventLog:
     def append(
         self, user_id: str, session_id: str, stream: str | None, seq: int | None, data: Any
     ) -> Appended | None:
-        """Store one event with the session's next ``n``; ``None`` when its ``(stream, seq)`` is
-        stored already or ``seq`` is not above the highest stored for the stream (a replay).
-        :class:`LogUnavailable` when the database cannot be written now."""
+        """Store one event (:meth:`append_batch` of one); ``None`` when it is a replay."""
+        stored = self.append_batch(user_id, session_id, [(stream, seq, data)])
+        return stored[0] if stored else None
+
+    def append_batch(self, user_id: str, session_id: str, events: Sequence[NewEvent]) -> list[Appended]:
+        """Store a session's events, in order, in ONE transaction (one counter update, one
+        multi-row insert) with the session's next ``n``s; returns those stored. An event whose
+        ``(stream, seq)`` is stored already, or whose ``seq`` is not above the highest stored (or
+        earlier in the batch) for its stream, is a replay and left out. :class:`LogUnavailable`
+        when the database cannot be written now (then none of them is stored)."""
         now = now_ms()
-        key = stream or ""
         counter = session_event_counters
         try:
             with self._append_lock, self.engine.begin() as db:
-                # a write first: it takes the counter row's lock (SQLite: the database's) before reading
                 insert_ignoring_duplicates(
                     db,
                     counter,
                     {"session_id": session_id, "user_id": user_id, "last_n": 0, "updated_at": now},
                     ["session_id"],
                 )
-                n = db.execute(
-                    sa.update(counter)
-                    .where(counter.c.session_id == session_id)
-                    .values(last_n=counter.c.last_n + 1, updated_at=now)
-                    .returning(counter.c.last_n)
-                ).scalar_one()
-                previous: int | None = None
-                if seq is not None:
-                    previous = db.execute(
+                # a write before any read: it takes the counter row's lock (SQLite: the database's)
+                n = int(
+                    db.execute(
+                        sa.update(counter)
+                        .where(counter.c.session_id == session_id)
+                        .values(updated_at=now)
+                        .returning(counter.c.last_n)
+                    ).scalar_one()
+                )
+                highest: dict[str, int | None] = {}
+                for key in {stream or "" for stream, seq, _ in events if seq is not None}:
+                    top = db.execute(
                         sa.select(sa.func.max(session_events.c.seq)).where(
                             session_events.c.session_id == session_id, session_events.c.stream == key
                         )
                     ).scalar()
-                    if previous is not None and seq <= previous:
-                        raise _Duplicate
-                values = {
-                    "session_id": session_id,
-                    "n": n,
-                    "user_id": user_id,
-                    "stream": key,
-                    "seq": seq,
-                    "data": json.dumps(data, ensure_ascii=False, default=str),
-                    "created_at": now,
-                }
-                if not insert_ignoring_duplicates(
-                    db, session_events, values, ["session_id", "stream", "seq"]
-                ):
-                    raise _Duplicate
+                    highest[key] = None if top is None else int(top)
+                stored: list[Appended] = []
+                rows: list[dict[str, Any]] = []
+                for stream, seq, data in events:
+                    key = stream or ""
+                    previous: int | None = None
+                    if seq is not None:
+                        previous = highest[key]
+                        if previous is not None and seq <= previous:
+                            continue
+                        highest[key] = seq
+                    n += 1
+                    rows.append(
+                        {
+                            "session_id": session_id,
+                            "n": n,
+                            "user_id": user_id,
+                            "stream": key,
+                            "seq": seq,
+                            "data": json.dumps(data, ensure_ascii=False, default=str),
+                            "created_at": now,
+                        }
+                    )
+                    event: SessionEvent = {
+                        "id": n,
+                        "session_id": session_id,
+                        "data": data,
+                        "stream": stream,
+                        "seq": seq,
+                    }
+                    stored.append(Appended(event, previous))
+                if not rows:
+                    raise _Duplicate  # nothing new: leave the counter's time as it was
+                db.execute(sa.update(counter).where(counter.c.session_id == session_id).values(last_n=n))
+                db.execute(sa.insert(session_events), rows)
         except _Duplicate:
-            return None
+            return []
         except sa.exc.OperationalError as exc:
             raise LogUnavailable(str(exc.orig)) from exc
-        event: SessionEvent = {
-            "id": int(n),
-            "session_id": session_id,
-            "data": data,
-            "stream": stream,
-            "seq": seq,
-        }
-        return Appended(event, None if previous is None else int(previous))
+        return stored
 
     def read(
         self, session_id: str, after: int, before: int | None = None, limit: int = READ_PAGE

@@ -61,10 +61,10 @@ import secrets
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
@@ -391,6 +391,33 @@ class _VmLink:
     closed: bool = False
     init_data: dict[str, Any] = field(default_factory=dict)
     """What the last ``init`` on this link said (sent again when the user's settings change)."""
+    to_store: asyncio.Queue[_QueuedEvent | asyncio.Future[None] | None] = field(default_factory=asyncio.Queue)
+    """The link's ``sse_event`` frames on their way to the event log, in the order they came, and
+    heartbeat barriers (a future resolved once every event queued before it is stored); ``None``
+    ends the writer (:meth:`ControlPlane._write_events`)."""
+
+
+@dataclass(frozen=True)
+class _QueuedEvent:
+    state: _SessionState
+    stream: str | None
+    seq: int | None
+    data: Any
+
+
+_Stored: TypeAlias = "_QueuedEvent | asyncio.Future[None] | None"
+
+
+def _drain(queue: asyncio.Queue[_Stored]) -> Iterator[_Stored]:
+    """What ``queue`` holds now, oldest first (taken from it)."""
+    while not queue.empty():
+        yield queue.get_nowait()
+
+
+def _drop_barriers(items: Iterable[_Stored]) -> None:
+    for item in items:
+        if isinstance(item, asyncio.Future):
+            item.cancel()
 
 
 EventReader = Callable[[int, int | None], Awaitable[list[SessionEvent]]]
@@ -1147,6 +1174,20 @@ class ControlPlane:
         return True
 
     async def _read_frames(self, link: _VmLink) -> None:
+        writer = asyncio.create_task(self._write_events(link), name=f"control-plane-events-{link.vm_id}")
+        try:
+            await self._read_frames_until_closed(link)
+        finally:
+            link.to_store.put_nowait(None)  # what arrived is still stored (unless the writer failed)
+            try:
+                await writer
+            except BaseException:
+                writer.cancel()
+                raise
+            finally:
+                _drop_barriers(list(_drain(link.to_store)))  # left by a writer that failed
+
+    async def _read_frames_until_closed(self, link: _VmLink) -> None:
         while True:
             raw = await self._receive_text(link.ws)
             if raw is None:
@@ -1166,9 +1207,9 @@ class ControlPlane:
                 elif frame["type"] == "sse_event":
                     await self._on_sse_event(link, frame)
                 elif frame["type"] == "heartbeat":
-                    await asyncio.to_thread(self.store.touch_vm, link.vm_id)
-                    if "id" in frame:  # every frame before it is handled: acknowledge
-                        await self._send(link, heartbeat_frame(ack_id=frame["id"]))
+                    stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    link.to_store.put_nowait(stored)
+                    self._spawn(self._on_heartbeat(link, stored, frame.get("id")))
                 elif frame["type"] == "resume":
                     await self._resume(link, frame)
                 elif frame["type"] == "http_response" or frame["type"] == "http_body":
@@ -1350,6 +1391,19 @@ class ControlPlane:
             self.duplicate_records += 1
             log.debug("%s record %s arrived again; stored once", method, record_id)
 
+    async def _on_heartbeat(self, link: _VmLink, stored: asyncio.Future[None], ack_id: str | None) -> None:
+        """Record the heartbeat; acknowledge it (when it has an id) once every frame before it is
+        handled, the events among them stored in the log (``stored``; never set if the log failed)."""
+        try:
+            await stored
+            await asyncio.to_thread(self.store.touch_vm, link.vm_id)
+            if ack_id is not None:
+                await self._send(link, heartbeat_frame(ack_id=ack_id))
+        except (_LinkClosed, asyncio.CancelledError):
+            return
+        except Exception:
+            log.exception("failed to handle a heartbeat from %s", link.vm_id)
+
     async def _on_sse_event(self, link: _VmLink, frame: SseEventFrame) -> None:
         # a session the execution plane started itself (through its API) is recorded by its first event
         session_id = session_key(link.user_id, frame["session_id"])
@@ -1367,36 +1421,65 @@ class ControlPlane:
             return
         seq = frame.get("seq")
         stream = frame.get("stream")
-        key = stream or ""
-        if seq is not None and seq <= state.last_seq.get(key, 0):  # a replay this process has seen
+        if seq is not None and seq <= state.last_seq.get(stream or "", 0):  # a replay this process has seen
             self.duplicate_events += 1
             return
+        link.to_store.put_nowait(_QueuedEvent(state, stream, seq, frame.get("data")))
+
+    async def _write_events(self, link: _VmLink) -> None:
+        """The link's writer: takes every queued event at once and stores each session's share in
+        one transaction (the link's reader never waits for the database), then lets the
+        heartbeats queued among them be acknowledged. An event the database cannot take now
+        closes the link (the execution plane sends it again) and ends the writer."""
+        while True:
+            items = [await link.to_store.get(), *_drain(link.to_store)]
+            batches: dict[_SessionState, list[_QueuedEvent]] = {}
+            for item in items:
+                if isinstance(item, _QueuedEvent):
+                    batches.setdefault(item.state, []).append(item)
+            try:
+                for state, batch in batches.items():
+                    await self._store_events(link, state, batch)
+            except _LinkClosed:
+                _drop_barriers(items)  # their heartbeats are never acknowledged
+                return
+            for item in items:
+                if isinstance(item, asyncio.Future) and not item.done():
+                    item.set_result(None)
+            if None in items:
+                return
+
+    async def _store_events(self, link: _VmLink, state: _SessionState, batch: list[_QueuedEvent]) -> None:
+        session_id = state.session_id
         async with state.append_lock:
             try:
-                appended = await asyncio.to_thread(
-                    self.event_log.append, link.user_id, session_id, stream, seq, frame.get("data")
+                stored = await asyncio.to_thread(
+                    self.event_log.append_batch,
+                    link.user_id,
+                    session_id,
+                    [(queued.stream, queued.seq, queued.data) for queued in batch],
                 )
             except LogUnavailable as exc:
                 # not stored: the execution plane must not take a later heartbeat's acknowledgement
-                # for it. Closing the link makes it reconnect and send the event again.
-                log.error("could not store an event of session %s (%s); closing the link", session_id, exc)
+                # for them. Closing the link makes it reconnect and send the events again.
+                log.error("could not store events of session %s (%s); closing the link", session_id, exc)
                 await self._close_link(link, CLOSE_INTERNAL_ERROR, "could not store an event")
                 raise _LinkClosed from None
-            if appended is None:
-                self.duplicate_events += 1
-                return
-            if seq is not None:
-                last = appended.previous_seq or 0
-                if seq > last + 1:
-                    log.warning(
-                        "session %s stream %s skipped events %d-%d (the execution plane dropped them)",
-                        session_id,
-                        key,
-                        last + 1,
-                        seq - 1,
-                    )
-                state.last_seq[key] = seq
-            state.publish(appended.event)
+            self.duplicate_events += len(batch) - len(stored)
+            for appended in stored:
+                seq, key = appended.event["seq"], appended.event["stream"] or ""
+                if seq is not None:
+                    last = appended.previous_seq or 0
+                    if seq > last + 1:
+                        log.warning(
+                            "session %s stream %s skipped events %d-%d (the execution plane dropped them)",
+                            session_id,
+                            key,
+                            last + 1,
+                            seq - 1,
+                        )
+                    state.last_seq[key] = seq
+                state.publish(appended.event)
 
 
 # -- the app -------------------------------------------------------------------------------------

@@ -301,8 +301,13 @@ class ControlPlaneClient(SocketClient):
             errors=(ControlPlaneUnavailable,),
             schedule=lambda: self.backoff,
             retry_every=self.backoff[-1],
+            # uncompressed: most frames are small events, and deflating each cost both planes
+            # more CPU than the bytes it saved on loopback and LAN links
             limits=Limits(
-                open_timeout=connect_timeout, close_timeout=CLOSE_TIMEOUT, max_size=MAX_FRAME_BYTES
+                open_timeout=connect_timeout,
+                close_timeout=CLOSE_TIMEOUT,
+                max_size=MAX_FRAME_BYTES,
+                compression=None,
             ),
             is_final=lambda exc: isinstance(exc, ControlPlaneRefused) and exc.final,
             refine=self._refusal,
