@@ -192,6 +192,22 @@ EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
 """Every event class by its name (the ``kind`` of its JSON encoding)."""
 
 
+def merge_text_deltas(events: list[Event]) -> list[Event]:
+    """``events`` with each run of adjacent :class:`TextDelta` (and of adjacent :class:`Thinking`)
+    joined into one event carrying their text: what a watcher that fell behind sends instead of
+    one frame per chunk. Order and text are kept; nothing waits for more events."""
+    merged: list[Event] = []
+    for event in events:
+        last = merged[-1] if merged else None
+        if isinstance(event, TextDelta) and isinstance(last, TextDelta):
+            merged[-1] = TextDelta(last.text + event.text)
+        elif isinstance(event, Thinking) and isinstance(last, Thinking):
+            merged[-1] = Thinking(last.text + event.text)
+        else:
+            merged.append(event)
+    return merged
+
+
 def event_to_json(event: Event) -> dict[str, Any]:
     """``{kind: <class name>, …fields}``: ``event`` as JSON-safe data, losslessly (a
     :class:`RunWaiting`'s ``pending`` items are encoded the same way)."""

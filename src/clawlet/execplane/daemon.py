@@ -660,7 +660,7 @@ class ExecPlane:
             await asyncio.gather(previous, return_exceptions=True)
         stream_id = event_session_id(workspace, run.session_id)
         try:
-            async for event in run.events():
+            async for event in run.events(merge_text=True):
                 if event is not None:
                     await forward_event(self.client, stream_id, event, model=self._model_of(workspace, run))
             await self._sync_transcript(workspace, run.session_id, stream_id)

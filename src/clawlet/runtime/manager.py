@@ -44,6 +44,7 @@ from clawlet.events import (
     Title,
     ToolEnd,
     ToolStart,
+    merge_text_deltas,
     render_tool_input,
 )
 from clawlet.runtime.approvals import ApprovalStore, PausedTurn
@@ -244,8 +245,14 @@ class Run:
             self.closed = True
             self._changed.notify_all()
 
-    async def events(self, keepalive: float | None = None) -> AsyncIterator[Event | None]:
-        """Every event from the first; ``None`` is yielded after ``keepalive`` seconds of silence."""
+    async def events(
+        self, keepalive: float | None = None, *, merge_text: bool = False
+    ) -> AsyncIterator[Event | None]:
+        """Every event from the first; ``None`` is yielded after ``keepalive`` seconds of silence.
+
+        With ``merge_text``, the text chunks that piled up while the watcher was busy come as one
+        event (:func:`~clawlet.events.merge_text_deltas`): a watcher that relays each event as a
+        frame sends fewer, larger frames under load and the same ones otherwise."""
         index = 0
         while True:
             async with self._changed:
@@ -257,7 +264,7 @@ class Run:
             if not pending and not done:
                 yield None
                 continue
-            for event in pending:
+            for event in merge_text_deltas(pending) if merge_text and len(pending) > 1 else pending:
                 yield event
             index += len(pending)
             if done and index >= len(self.log):

@@ -212,7 +212,7 @@ async def stream_completion(
     if opening:
         yield chunk(completion_id, created, model, {"content": opening}, None)
     usage: Usage | None = None
-    async for event in run.events(keepalive=KEEPALIVE_SECONDS):
+    async for event in run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True):
         if isinstance(event, Usage):
             usage = event
         elif isinstance(event, RunFailed):

@@ -81,7 +81,7 @@ class DecisionRequest(BaseModel):
 
 
 async def _sse(run: Run) -> AsyncIterator[str]:
-    async for event in run.events(keepalive=KEEPALIVE_SECONDS):
+    async for event in run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True):
         if event is None:
             yield KEEPALIVE
             continue
