@@ -116,7 +116,8 @@ def llm_env(llm: ScriptedOpenAIServer) -> dict[str, str]:
 
 def is_title_request(body: dict[str, Any]) -> bool:
     """Whether a model request is the session title's (made by the exec plane's app after a first
-    turn; its usage is not a turn's, so no usage record is queued for it)."""
+    turn; its usage is reported as a record of its own, ``purpose: "title"``: see
+    :func:`is_title_usage`)."""
     first = (body.get("messages") or [{}])[0]
     return isinstance(first, dict) and _text(first.get("content")).startswith(TITLE_REQUEST_MARKER)
 
@@ -311,9 +312,16 @@ def open_store(cluster: LocalCluster) -> ControlPlaneStore:
     return ControlPlaneStore.open(default_database_url(cluster.cp_dir))
 
 
+def is_title_usage(row: dict[str, Any]) -> bool:
+    """Whether a usage row is a session title's model call (not a turn's)."""
+    return (row.get("extra") or {}).get("purpose") == "title"
+
+
 def usage_rows(store: ControlPlaneStore, user: str, session_id: str) -> list[dict[str, Any]]:
-    """The usage rows of ``session_id`` (the control plane's id of the session)."""
-    return [row for row in store.list_usage(user) if row["session_id"] == session_id]
+    """The usage rows of the turns of ``session_id`` (the control plane's id of the session)."""
+    return [
+        row for row in store.list_usage(user) if row["session_id"] == session_id and not is_title_usage(row)
+    ]
 
 
 def last_heartbeat(store: ControlPlaneStore, user: str) -> int:

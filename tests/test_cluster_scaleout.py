@@ -37,7 +37,7 @@ from tests.conftest import free_port
 from tests.support.postgres import SKIP_REASON as NO_POSTGRES
 from tests.support.postgres import fresh_schema_url
 from tests.support.redis import HAVE_REDIS_SERVER, NO_REDIS_SERVER, RedisServer
-from tests.test_cluster_faults import gated_code, llm_env, scripted_reply, turn_requests, usage_of
+from tests.test_cluster_faults import gated_code, llm_env, scripted_reply, turn_requests, usage_of, usage_rows
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
 pytestmark = [
@@ -317,7 +317,7 @@ def test_a_chat_through_the_other_instance_survives_a_kill_9_of_the_one_holding_
     try:
 
         def usage() -> tuple[int, int]:
-            rows = [row for row in store.list_usage("alice") if row["session_id"] == "s1"]
+            rows = usage_rows(store, "alice", "s1")
             return sum(row["tokens_in"] for row in rows), sum(row["tokens_out"] for row in rows)
 
         expected = usage_of(llm)

@@ -258,12 +258,19 @@ async def test_an_api_turns_events_reach_the_control_plane_once_each(
     assert [frame["seq"] for frame in frames] == list(range(1, len(frames) + 1))
     usage = [frame["data"] for frame in frames if frame["data"]["kind"] == "Usage"]
     assert usage  # the scripted model reports usage: it also goes out as a usage report
-    await plane.wait_for(lambda: len(records_of(plane, "api1", "usage_report")) == len(usage), DEADLINE)
-    report = records_of(plane, "api1", "usage_report")[0]
-    assert (report["tokens_in"], report["tokens_out"]) == (
-        usage[0]["input_tokens"],
-        usage[0]["output_tokens"],
-    )
+    # the title's model call is reported too, as a record of its own
+    titles = [frame["data"] for frame in frames if frame["data"]["kind"] == "Title"]
+    assert len(titles) == 1 and titles[0]["input_tokens"] > 0 and titles[0]["output_tokens"] > 0
+    await plane.wait_for(lambda: len(records_of(plane, "api1", "usage_report")) == len(usage) + 1, DEADLINE)
+    reports = records_of(plane, "api1", "usage_report")
+    turn_reports = [report for report in reports if "purpose" not in report]
+    assert [(report["tokens_in"], report["tokens_out"]) for report in turn_reports] == [
+        (item["input_tokens"], item["output_tokens"]) for item in usage
+    ]
+    title_reports = [report for report in reports if report.get("purpose") == "title"]
+    assert [(report["tokens_in"], report["tokens_out"]) for report in title_reports] == [
+        (titles[0]["input_tokens"], titles[0]["output_tokens"])
+    ]
     adapter = exec_plane.adapter("api1")  # the API's session runs in a session process too
     assert isinstance(adapter, ProcessSessionAdapter) and adapter.alive
     synced = await plane.wait_for(lambda: records_of(plane, "api1", "transcript_sync"), DEADLINE)

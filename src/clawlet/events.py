@@ -145,8 +145,13 @@ class RunWaiting:
 
 @dataclass(frozen=True)
 class Title:
+    """The session's new title; the tokens are those of the model call that wrote it (reported as
+    usage in cluster mode, like a turn's :class:`Usage`)."""
+
     session_id: str
     title: str
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 Event = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -30,14 +31,26 @@ def fallback_title(user_message: str) -> str:
     return clean_title(user_message) or "New chat"
 
 
-async def generate_title(settings: Settings, user_message: str, assistant_reply: str) -> str:
+@dataclass(frozen=True)
+class GeneratedTitle:
+    """A session title and the tokens its model call used (0 for the fallback title)."""
+
+    title: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+async def generate_title(settings: Settings, user_message: str, assistant_reply: str) -> GeneratedTitle:
     """Ask the model for a title; fall back to the start of the user's message on any failure."""
     conversation = f"user: {user_message[:1000]}\nassistant: {assistant_reply[:1000]}"
+    input_tokens = output_tokens = 0
     try:
         model = build_chat_model(settings, temperature=0.3)
         reply = await model.ainvoke([SystemMessage(TITLE_PROMPT), HumanMessage(conversation)])
+        usage = getattr(reply, "usage_metadata", None) or {}
+        input_tokens, output_tokens = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         title = clean_title(reply.text)
     except Exception as exc:  # a failed title must never fail the chat turn
         log.warning("title generation failed: %s", exc)
         title = ""
-    return title or fallback_title(user_message)
+    return GeneratedTitle(title or fallback_title(user_message), input_tokens, output_tokens)

@@ -122,7 +122,7 @@ from clawlet.cluster.protocol import (
     resume_frame,
     sse_event_frame,
 )
-from clawlet.events import Event, Usage, event_to_json
+from clawlet.events import Event, Title, Usage, event_to_json
 from clawlet.execplane.offline import (
     DEFAULT_SSE_BUFFER_LIMIT,
     USAGE_QUEUE_FILE,
@@ -981,3 +981,5 @@ async def forward_event(sink: EventSink, session_id: str, event: Event, *, model
     await sink.send_sse_event(session_id, event_to_json(event))
     if isinstance(event, Usage) and (event.input_tokens or event.output_tokens):
         await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens)
+    elif isinstance(event, Title) and (event.input_tokens or event.output_tokens):
+        await sink.report_usage(session_id, model, event.input_tokens, event.output_tokens, purpose="title")

@@ -29,7 +29,7 @@ from typing import Any
 from clawlet.config import Settings
 from clawlet.engine.approvals import Decision, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.engine.titles import generate_title
+from clawlet.engine.titles import GeneratedTitle, generate_title
 from clawlet.events import (
     ApprovalRequested,
     Event,
@@ -518,22 +518,24 @@ class SessionManager:
                     log.exception("could not clear the paused state of session %s", run.session_id)
             await run.publish(outcome)
             if isinstance(outcome, RunFinished) and paused.title_text is not None:
-                title = await self._title_if_missing(run.session_id, paused.title_text, outcome.content)
-                if title:
-                    await run.publish(Title(run.session_id, title))
+                made = await self._title_if_missing(run.session_id, paused.title_text, outcome.content)
+                if made is not None:
+                    await run.publish(
+                        Title(run.session_id, made.title, made.input_tokens, made.output_tokens)
+                    )
         finally:
             await run.close()
             # Watchers keep their own reference; the manager forgets finished runs.
             if self.runs.get(run.session_id) is run:
                 del self.runs[run.session_id]
 
-    async def _title_if_missing(self, session_id: str, user_text: str, reply: str) -> str | None:
+    async def _title_if_missing(self, session_id: str, user_text: str, reply: str) -> GeneratedTitle | None:
         data = await asyncio.to_thread(self.store.load, session_id)
         if data["title"]:
             return None
-        title = await generate_title(self.settings, user_text, reply)
-        await asyncio.to_thread(self.store.rename, session_id, title)
-        return title
+        made = await generate_title(self.settings, user_text, reply)
+        await asyncio.to_thread(self.store.rename, session_id, made.title)
+        return made
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel the running turn, or drop what a waiting session waits for (its paused tool

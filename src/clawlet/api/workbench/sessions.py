@@ -130,9 +130,9 @@ async def generate_session_title(session_id: str, services: ServicesDep) -> dict
     if user is None:
         raise ApiError(409, "no_messages", "the session has no user message to title yet")
     reply = next((m for m in data["messages"] if m["role"] == "assistant" and not m.get("interrupted")), None)
-    title = await generate_title(services.settings, user["content"], reply["content"] if reply else "")
-    await asyncio.to_thread(services.transcripts.rename, session_id, title)
-    return {"session_id": session_id, "title": title}
+    made = await generate_title(services.settings, user["content"], reply["content"] if reply else "")
+    await asyncio.to_thread(services.transcripts.rename, session_id, made.title)
+    return {"session_id": session_id, "title": made.title}
 
 
 @router.post("/sessions/{session_id}/cancel")
