@@ -57,6 +57,7 @@ from clawlet.runtime.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter
 from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, describe_exit, start_slots
 from clawlet.tools.base import ToolError
 from tests.conftest import LiveServer
+from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
 USER = "user-1"
@@ -152,15 +153,7 @@ async def make_plane(plane: ScriptedControlPlane, tmp_path: Path) -> AsyncIterat
         snapshot_interval: float = 3600.0,
     ) -> ExecPlane:
         state = tmp_path / "state"
-        client = ControlPlaneClient(
-            plane.url,
-            USER,
-            plane.issue_token(USER),
-            plane.issue_ticket(USER),
-            state_dir=state,
-            heartbeat_interval=0.2,
-            backoff=[0.05, 0.1, 0.2],
-        )
+        client = client_for(plane, USER, state)
         exec_plane = ExecPlane(
             client,
             state,

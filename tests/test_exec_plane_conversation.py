@@ -24,10 +24,10 @@ from clawlet.controlplane.seed_events import seed_event
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.compression import SUMMARY_REQUEST_MARKER
 from clawlet.events import ApprovalRequested, event_from_json
-from clawlet.execplane.client import ControlPlaneClient
 from clawlet.execplane.daemon import ExecPlane
 from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
+from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
 USER = "user-1"
@@ -126,15 +126,7 @@ async def open_exec_plane(
     plane: ScriptedControlPlane, state: Path, settings: Settings
 ) -> AsyncIterator[ExecPlane]:
     """An exec plane started and connected as ``run_exec_plane`` does, shut down on leaving."""
-    client = ControlPlaneClient(
-        plane.url,
-        USER,
-        plane.issue_token(USER),
-        plane.issue_ticket(USER),
-        state_dir=state,
-        heartbeat_interval=0.2,
-        backoff=[0.05, 0.1, 0.2],
-    )
+    client = client_for(plane, USER, state)
     made = ExecPlane(client, state, settings, process_options=FAST)
     await made.start()
     await client.connect()

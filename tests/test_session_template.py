@@ -27,6 +27,7 @@ from clawlet.execplane.daemon import ExecPlane
 from clawlet.execplane.session_template import SessionTemplate, TemplateChild, template_supported
 from clawlet.runtime.process import EXIT_UNKNOWN, ProcessOptions, ProcessSessionAdapter, describe_exit
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
+from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
 pytestmark = pytest.mark.skipif(not template_supported(), reason="the session template needs Linux")
@@ -129,15 +130,7 @@ async def make_plane(
 
     async def make() -> ExecPlane:
         state = tmp_path / "state"
-        client = ControlPlaneClient(
-            plane.url,
-            USER,
-            plane.issue_token(USER),
-            plane.issue_ticket(USER),
-            state_dir=state,
-            heartbeat_interval=0.2,
-            backoff=[0.05, 0.1, 0.2],
-        )
+        client = client_for(plane, USER, state)
         settings = Settings(
             provider="openai", llm_base_url=llm.base_url, llm_model=llm.model, openai_api_key="test-key"
         )
