@@ -11,6 +11,7 @@ presence records or channels. The single-instance case runs on SQLite with the i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.asyncio.client import ClientConnection
 
 from clawlet.controlplane.db import ControlPlaneStore
 from clawlet.controlplane.event_log import EventLog, SessionEvent
@@ -49,11 +51,13 @@ def database_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-async def pair(tmp_path: Path, database_url: str) -> AsyncIterator[tuple[Harness, Harness]]:
-    """Instances A and B on one database and one Redis; neither looks at the log's counter by
-    itself (only the broker's notices make events reach another instance)."""
-    options: dict[str, Any] = {"redis_url": SHARED_REDIS_URL, "event_catch_up": 3600.0}
+@contextlib.asynccontextmanager
+async def two_instances(
+    tmp_path: Path, database_url: str, catch_up: float
+) -> AsyncIterator[tuple[Harness, Harness]]:
+    """Instances A and B on one database and one Redis, looking at the log's counter by themselves
+    after ``catch_up`` seconds without a notice."""
+    options: dict[str, Any] = {"redis_url": SHARED_REDIS_URL, "event_catch_up": catch_up}
     a = await Harness(tmp_path / "a", database_url, **options).start()
     b = await Harness(tmp_path / "b", database_url, **options).start()
     try:
@@ -61,6 +65,23 @@ async def pair(tmp_path: Path, database_url: str) -> AsyncIterator[tuple[Harness
     finally:
         await b.stop()
         await a.stop()
+
+
+@pytest.fixture
+async def pair(tmp_path: Path, database_url: str) -> AsyncIterator[tuple[Harness, Harness]]:
+    """A and B where only the broker's notices make events reach the other instance."""
+    async with two_instances(tmp_path, database_url, catch_up=3600.0) as instances:
+        yield instances
+
+
+async def connected_session(a: Harness) -> tuple[str, ClientConnection]:
+    """A new user whose execution plane (a raw ``/ws/vm`` socket) is on ``a``, with session ``s1``."""
+    user = f"{ALICE}-{uuid.uuid4().hex[:8]}"
+    credentials = a.user(user)
+    ws = await a.raw_connect(user, credentials.token, credentials.ticket)
+    await recv_type(ws, "init")
+    await a.plane.start_session(user, "s1", {})
+    return user, ws
 
 
 def id_seq(events: list[SessionEvent]) -> list[tuple[int, int | None]]:
@@ -84,11 +105,7 @@ async def test_events_stored_by_one_instance_reach_the_other_instances_subscribe
     pair: tuple[Harness, Harness],
 ) -> None:
     a, b = pair
-    user = f"{ALICE}-{uuid.uuid4().hex[:8]}"
-    credentials = a.user(user)
-    ws = await a.raw_connect(user, credentials.token, credentials.ticket)
-    await recv_type(ws, "init")
-    await a.plane.start_session(user, "s1", {})
+    user, ws = await connected_session(a)
     await send_events(ws, "s1", "A", [1, 2])  # before anyone listens on B
 
     live = b.plane.subscribe(user, "s1")  # from now on
@@ -115,6 +132,17 @@ async def test_events_stored_by_one_instance_reach_the_other_instances_subscribe
     assert session_key(user, "s1") not in b.plane._sessions
     watching = lambda: [t for t in b.plane._tasks if t.get_name().startswith("control-plane-watch")]  # noqa: E731
     await until(lambda: not watching(), WAIT)  # B no longer listens on the session's channel
+
+
+@requires_postgres_and_redis
+async def test_a_lost_notice_is_made_up_for_from_the_log(tmp_path: Path, database_url: str) -> None:
+    async with two_instances(tmp_path, database_url, catch_up=0.2) as (a, b):
+        user, ws = await connected_session(a)
+        live = b.plane.subscribe(user, "s1")
+        await live.ready()
+        a.plane.notices.stored = lambda session_id, n: None  # type: ignore[method-assign]
+        await send_events(ws, "s1", "A", [1, 2, 3])  # stored on A, announced to nobody
+        assert id_seq(await collect(live, 3, timeout=WAIT)) == [(1, 1), (2, 2), (3, 3)]
 
 
 # -- end to end: the seed-001 events edge on the instance that does not hold the execution plane ----

@@ -525,8 +525,7 @@ class SessionSubscription:
     async def ready(self) -> None:
         """Return once every event stored from now on, on any instance, reaches this subscription
         (at once on a single instance, or for a session that is not running)."""
-        watch = self._state.watch
-        if not self._ended and watch is not None:
+        if not self._ended and self._state.watch is not None:
             await self._state.watched.wait()
 
     def _notify(self, n: int) -> None:
