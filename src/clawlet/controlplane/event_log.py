@@ -228,6 +228,14 @@ class EventLog:
             for row in rows
         ]
 
+    def last_n(self, session_id: str) -> int:
+        """The ``n`` of the session's newest stored event (0: none yet): its counter, which no
+        pruning lowers."""
+        counter = session_event_counters
+        with self.engine.connect() as db:
+            value = db.execute(sa.select(counter.c.last_n).where(counter.c.session_id == session_id)).scalar()
+        return 0 if value is None else int(value)
+
     def count(self, session_id: str) -> int:
         """How many events of the session are kept."""
         with self.engine.connect() as db:

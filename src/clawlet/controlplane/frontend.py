@@ -25,7 +25,9 @@
   without one are left out), as SSE until the session stops; 404 for a session the user never
   started. The events come from the control plane's durable event log
   (:mod:`clawlet.controlplane.event_log`); the SSE ``id`` is the event's ``n`` in that log, so
-  ``after=n`` or ``Last-Event-ID: n`` resumes after it, across restarts of the control plane;
+  ``after=n`` or ``Last-Event-ID: n`` resumes after it, across restarts of the control plane.
+  Whichever instance the stream is on, it gets the events live, wherever they are stored
+  (:mod:`clawlet.controlplane.event_feed`); its headers go out once that holds;
 * the UI (workbench at ``/``, inbox at ``/inbox``) — public static files, as in local mode.
 
 The OpenClaw gateway WebSocket (``/gateway``) of local mode is not served in cluster mode.
@@ -136,6 +138,11 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
             subscription = plane.subscribe(user_id, remote_id, after=after)
         except (SessionNotFound, SessionForbidden):
             raise ApiError(404, "not_found", f"no session {session_id!r} in this cluster") from None
+        try:  # the stream is live, on every instance, when its headers arrive
+            await subscription.ready()
+        except BaseException:
+            subscription.close()
+            raise
 
         async def frames() -> AsyncIterator[str]:
             async with subscription:

@@ -32,10 +32,11 @@ each session). **SSE events** go to the durable event log (:mod:`clawlet.control
 de-duplicated by ``(stream, session_id, seq)`` — an event whose ``seq`` is not above the last
 stored for its ``(stream, session)`` is dropped; one the database cannot take now (unreachable or
 busy) closes the connection, so the execution plane sends it again — and are then published, in
-order, to
-:meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
-(:mod:`clawlet.controlplane.seed_events`). A subscriber gets the log's events after the ``n`` it names, then
-the live ones, each once; the log is pruned to ``event_log_max_events`` per session and drops a
+order, to :meth:`ControlPlane.subscribe`, as they came: clawlet events in their JSON encoding
+(:mod:`clawlet.controlplane.seed_events`) — on this instance at once, on the others through a
+notice on the broker and a read of the shared log (:mod:`clawlet.controlplane.event_feed`). A
+subscriber gets the log's events after the ``n`` it names, then the live ones, each once; the log
+is pruned to ``event_log_max_events`` per session and drops a
 session's events ``event_log_max_age`` seconds after its last one.
 
 **Isolation.** Everything an execution plane sends is attributed to the user its JWT names. A
@@ -131,7 +132,7 @@ from clawlet.controlplane.auth import (
     issue_vm_token,
     verify_vm_token,
 )
-from clawlet.controlplane.broker import Broker, broker_from_url
+from clawlet.controlplane.broker import Broker, BrokerUnavailable, broker_from_url
 from clawlet.controlplane.db import (
     ControlPlaneStore,
     SessionRecord,
@@ -141,6 +142,7 @@ from clawlet.controlplane.db import (
     UserRecord,
     default_database_url,
 )
+from clawlet.controlplane.event_feed import CATCH_UP_SECONDS, EventNotices, session_channel
 from clawlet.controlplane.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
 from clawlet.controlplane.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
 from clawlet.controlplane.routing import TunnelRouter
@@ -208,6 +210,9 @@ class ControlPlaneConfig:
     """Seconds between two prunings of the event log."""
     subscriber_buffer: int = 10_000
     """Live events a subscriber may fall behind by; beyond, it reads them from the event log."""
+    event_catch_up: float = CATCH_UP_SECONDS
+    """Silence on a watched session's broker channel after which the log's counter is read (makes
+    up for a notice the broker lost; :mod:`clawlet.controlplane.event_feed`)."""
     mcp_timeout: float = 50.0
     clock: Callable[[], float] = time.time
     """Wall clock of tickets (injectable for tests)."""
@@ -436,10 +441,45 @@ class _SessionState:
     append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held from an event's append to its publication: subscribers get events in ``n`` order."""
     subscribers: set[SessionSubscription] = field(default_factory=set)
+    known: int = 0
+    """The highest ``n`` this instance knows the log holds (stored here, or announced by another
+    instance; :mod:`clawlet.controlplane.event_feed`)."""
+    watch: asyncio.Task[None] | None = None
+    """Listens for other instances' notices while the session has subscribers here."""
+    watched: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the watch listens and has read where the log is (:meth:`baseline`)."""
 
     def publish(self, event: SessionEvent) -> None:
+        """An event this instance stored: to every subscriber, as it is."""
+        self.known = max(self.known, event["id"])
         for subscriber in list(self.subscribers):
             subscriber._push(event)
+
+    def learn(self, n: int) -> None:
+        """The log holds the session's events up to ``n`` (stored by another instance, maybe):
+        subscribers behind it read them from the log."""
+        if n > self.known:
+            self.known = n
+            for subscriber in list(self.subscribers):
+                subscriber._notify(n)
+
+    def baseline(self, n: int) -> None:
+        """The watch listens now, and the log held events up to ``n`` just after it began: every
+        later event reaches the subscribers. A subscriber that asked only for events from now on
+        and has none yet starts after ``n``."""
+        self.learn(n)
+        for subscriber in list(self.subscribers):
+            subscriber._start_after(n)
+        self.watched.set()
+
+    def drop(self, subscriber: SessionSubscription) -> None:
+        """``subscriber`` is gone; the last one takes the watch with it."""
+        self.subscribers.discard(subscriber)
+        if not self.subscribers and self.watch is not None:
+            if self.watch is not asyncio.current_task():  # (the watch ends itself)
+                self.watch.cancel()
+            self.watch = None
+            self.watched = asyncio.Event()
 
     def end_subscriptions(self) -> None:
         for subscriber in list(self.subscribers):
@@ -451,8 +491,11 @@ class SessionSubscription:
     the event log's events above it, then the live ones (whichever arrive while the log is read are
     delivered once, at their place); an event missing between two live ones (stored by another
     control plane instance, or dropped from the queue of a subscriber that fell more than
-    ``subscriber_buffer`` events behind) is read from the log. Ends when the session is stopped
-    (after what the log holds) or on :meth:`close`. Use as ``async with``/``async for``."""
+    ``subscriber_buffer`` events behind) is read from the log, and so are the events another
+    instance announces (:mod:`clawlet.controlplane.event_feed`). Ends when the session is stopped,
+    here or on another instance (after what the log holds) or on :meth:`close`. Use as ``async
+    with``/``async for``; ``await`` :meth:`ready` to know it gets every event stored from then on,
+    on any instance."""
 
     def __init__(self, state: _SessionState, limit: int, after: int | None, read: EventReader) -> None:
         self.session_id = state.session_id
@@ -467,13 +510,33 @@ class SessionSubscription:
         """The log has events for us before the live queue's."""
         self._gap_read = False
         """The log was read for the gap before the queue's head (and had nothing for it)."""
+        self._known = 0
+        """The highest ``n`` the log is known to hold (another instance said so)."""
         self._wakeup = asyncio.Event()
         self._ended = False
         self._closed = False
         if state.status == "running":
             state.subscribers.add(self)
+            if state.watched.is_set():
+                self._start_after(state.known)
         else:
             self._ended = True
+
+    async def ready(self) -> None:
+        """Return once every event stored from now on, on any instance, reaches this subscription
+        (at once on a single instance, or for a session that is not running)."""
+        if not self._ended and self._state.watch is not None:
+            await self._state.watched.wait()
+
+    def _notify(self, n: int) -> None:
+        if n > self._known:
+            self._known = n
+            self._wakeup.set()
+
+    def _start_after(self, n: int) -> None:
+        """Where a subscriber from now on (no ``after``) starts, when it has no event yet."""
+        if self._last is None:
+            self._last = min(n, self._queue[0]["id"] - 1) if self._queue else n
 
     def _push(self, event: SessionEvent) -> None:
         if self._ended:
@@ -493,7 +556,7 @@ class SessionSubscription:
 
     def _finish(self) -> None:
         self._ended = True
-        self._state.subscribers.discard(self)
+        self._state.drop(self)
         self._wakeup.set()
 
     def close(self) -> None:
@@ -530,6 +593,12 @@ class SessionSubscription:
                     self._backlog.extend(await self._read(self._last, head["id"]))
                     continue
                 return self._deliver(self._queue.popleft())
+            if self._last is not None and self._known > self._last:  # stored by another instance
+                batch = await self._read(self._last, None)
+                if not batch:  # (pruned meanwhile: nothing to wait for)
+                    self._known = self._last
+                self._backlog.extend(batch)
+                continue
             if self._ended:
                 break
             self._wakeup.clear()
@@ -593,6 +662,8 @@ class ControlPlane:
         self._pruning: asyncio.Task[None] | None = None
         self.broker: Broker = broker if broker is not None else broker_from_url(config.redis_url)
         self.tunnel = TunnelRouter(self.broker, self._send_tunnel_frame)
+        self.notices = EventNotices(self.broker)
+        """Tells the other instances which sessions' events this one stored."""
         self._started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -638,6 +709,7 @@ class ControlPlane:
         await asyncio.gather(*tasks, return_exceptions=True)
         for state in self._sessions.values():
             state.end_subscriptions()
+        await self.notices.aclose()
         if self._started:
             await self.tunnel.aclose()
             await self.broker.aclose()  # releases this instance's presence records
@@ -894,6 +966,7 @@ class ControlPlane:
         await asyncio.to_thread(self.store.set_session_status, key, user_id, "stopped")
         state.end_subscriptions()
         self._sessions.pop(key, None)
+        self.notices.stopped(key)
 
     def subscribe(self, user_id: str, session_id: str, *, after: int | None = None) -> SessionSubscription:
         """The session's SSE events from now on (with ``after=N``, first the event log's events
@@ -912,7 +985,58 @@ class ControlPlane:
         async def read(after_n: int, before: int | None) -> list[SessionEvent]:
             return await asyncio.to_thread(self.event_log.read, session_id, after_n, before)
 
-        return SessionSubscription(state, self.config.subscriber_buffer, after, read)
+        subscription = SessionSubscription(state, self.config.subscriber_buffer, after, read)
+        if state.subscribers and state.watch is None and self._started and not self._closed:
+            state.watch = asyncio.create_task(self._watch(state), name=f"control-plane-watch-{session_id}")
+            self._tasks.add(state.watch)
+            state.watch.add_done_callback(self._tasks.discard)
+        return subscription
+
+    async def _watch(self, state: _SessionState) -> None:
+        """While ``state`` has subscribers here: learn from the other instances' notices (and,
+        after ``event_catch_up`` seconds of silence, from the log's counter) how far the session's log
+        goes, and end its subscriptions when another instance stops it
+        (:mod:`clawlet.controlplane.event_feed`)."""
+        while True:
+            try:
+                async with self.broker.subscribe(session_channel(state.session_id)) as notices:
+                    state.baseline(await self._last_n(state))
+                    received = notices.__aiter__()
+                    while True:
+                        try:
+                            notice = await asyncio.wait_for(received.__anext__(), self.config.event_catch_up)
+                        except TimeoutError:
+                            state.learn(await self._last_n(state))
+                            continue
+                        except StopAsyncIteration:  # the broker was closed: this instance stops
+                            return
+                        if notice.get("instance") == self.broker.instance_id:
+                            continue  # its events reached the subscribers here as they were stored
+                        n = notice.get("n")
+                        if isinstance(n, int) and not isinstance(n, bool):
+                            state.learn(n)
+                        if notice.get("stopped") is True:
+                            self._stopped_elsewhere(state, await self._last_n(state))
+                            return
+            except BrokerUnavailable as exc:  # the log's counter stands in until the broker is back
+                log.warning("session %s: no notices from other instances (%s)", state.session_id, exc)
+            except Exception:
+                log.exception("watching session %s for other instances' events failed", state.session_id)
+            with contextlib.suppress(Exception):
+                state.baseline(await self._last_n(state))
+            await asyncio.sleep(self.config.event_catch_up)
+
+    async def _last_n(self, state: _SessionState) -> int:
+        return await asyncio.to_thread(self.event_log.last_n, state.session_id)
+
+    def _stopped_elsewhere(self, state: _SessionState, last_n: int) -> None:
+        """Another instance stopped the session: its subscribers here end after the log's events
+        up to ``last_n``."""
+        state.learn(last_n)
+        state.status = "stopped"
+        state.end_subscriptions()
+        if self._sessions.get(state.session_id) is state:
+            del self._sessions[state.session_id]
 
     async def disconnect_exec_plane(
         self, user_id: str, reason: str = "disconnected by the control plane"
@@ -1480,6 +1604,8 @@ class ControlPlane:
                         )
                     state.last_seq[key] = seq
                 state.publish(appended.event)
+            if stored:
+                self.notices.stored(session_id, stored[-1].event["id"])
 
 
 # -- the app -------------------------------------------------------------------------------------
