@@ -240,6 +240,23 @@ class AgentEngine:
     def tool_names(self) -> list[str]:
         return [tool.name for tool in self.build_tools()]
 
+    async def answer_alone(self, prompt: str) -> AsyncIterator[Event]:
+        """The model alone answering one user message: no tools, no system prompt, no memory,
+        nothing stored; yields ``TextDelta`` (and ``Thinking``) events, then ``Usage`` when the
+        provider reports it. For requests that are not agent turns (a client's background tasks)."""
+        input_tokens = output_tokens = 0
+        async for chunk in self.build_model().astream([HumanMessage(prompt)]):
+            if chunk.usage_metadata:
+                input_tokens += chunk.usage_metadata.get("input_tokens", 0)
+                output_tokens += chunk.usage_metadata.get("output_tokens", 0)
+            reasoning = chunk.additional_kwargs.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                yield Thinking(reasoning)
+            if chunk.text:
+                yield TextDelta(chunk.text)
+        if input_tokens or output_tokens:
+            yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+
     async def stream(
         self,
         message: str,

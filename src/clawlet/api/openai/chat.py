@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clawlet.api.deps import ServicesDep, WorkspacesDep
 from clawlet.api.openai.errors import openai_error, openai_error_body
+from clawlet.api.openai.tasks import is_task_prompt, task_events
 from clawlet.api.options import (
     BODY_KEYS,
     HEADER_KEYS,
@@ -39,6 +40,7 @@ from clawlet.api.sse import KEEPALIVE
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import (
+    Event,
     NewSegment,
     RunCancelled,
     RunFailed,
@@ -51,8 +53,8 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.llm.providers import describe_model
-from clawlet.runtime.manager import Run, SessionBusy
-from clawlet.services import InvalidWorkspace
+from clawlet.runtime.manager import SessionBusy
+from clawlet.services import InvalidWorkspace, Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
 from clawlet.tokens import count_tokens
 
@@ -199,7 +201,7 @@ class DeltaRenderer:
 
 
 async def stream_completion(
-    run: Run,
+    events: AsyncIterator[Event | None],
     renderer: DeltaRenderer,
     completion_id: str,
     created: int,
@@ -212,7 +214,7 @@ async def stream_completion(
     if opening:
         yield chunk(completion_id, created, model, {"content": opening}, None)
     usage: Usage | None = None
-    async for event in run.events(keepalive=KEEPALIVE_SECONDS):
+    async for event in events:
         if isinstance(event, Usage):
             usage = event
         elif isinstance(event, RunFailed):
@@ -280,6 +282,10 @@ def resolve_options(
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, workspaces: WorkspacesDep
 ) -> Response:
+    if len(body.messages) == 1 and body.messages[0].role == "user":
+        only = message_text(body.messages[0])
+        if is_task_prompt(only):
+            return await answer_task(body, workspaces, only)
     try:
         options, messages, system_prompt = resolve_options(request, body)
     except OptionError as exc:
@@ -315,52 +321,72 @@ async def chat_completions(
         return openai_error(
             f"session {session_id!r} is still answering a previous message", 409, code="session_busy"
         )
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
     headers = {"X-Session-ID": session_id}
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
     prompt = "\n".join(message_text(m) for m in messages)
     renderer = DeltaRenderer(options.thinking, session_id, note)
+    return await respond(body, run.events(keepalive=KEEPALIVE_SECONDS), renderer, prompt, headers, session_id)
+
+
+async def respond(
+    body: ChatCompletionRequest,
+    events: AsyncIterator[Event | None],
+    renderer: DeltaRenderer,
+    prompt: str,
+    headers: dict[str, str],
+    session_id: str | None,
+) -> Response:
+    """The completion (streamed or not) of a run's ``events``; ``session_id`` None for an answer
+    that belongs to no session."""
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            stream_completion(run, renderer, completion_id, created, body.model, include_usage, prompt),
+            stream_completion(events, renderer, completion_id, created, body.model, include_usage, prompt),
             media_type="text/event-stream",
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     renderer.start()
     usage: Usage | None = None
-    async for event in run.events():
+    async for event in events:
         if isinstance(event, Usage):
             usage = event
         elif isinstance(event, RunFailed):
             response = openai_error(event.error, 500, code="agent_run_failed", run_started=True)
-            response.headers["X-Session-ID"] = session_id
+            response.headers.update(headers)
             return response
         elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
             renderer.finish()
         else:
             renderer.render(event)
-    return JSONResponse(
-        {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": body.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": renderer.text},
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-            ],
-            "usage": usage_body(usage, prompt, renderer.text),
-            "session_id": session_id,
-        },
-        headers=headers,
-    )
+    completion: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": body.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": renderer.text},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": usage_body(usage, prompt, renderer.text),
+    }
+    if session_id is not None:
+        completion["session_id"] = session_id
+    return JSONResponse(completion, headers=headers)
+
+
+async def answer_task(body: ChatCompletionRequest, workspaces: Workspaces, prompt: str) -> Response:
+    """An Open WebUI background task (see :mod:`clawlet.api.openai.tasks`): the model alone, in
+    no session, whatever session or options the request names."""
+    engine = workspaces.default.engine
+    renderer = DeltaRenderer(None, "")
+    return await respond(body, task_events(engine, prompt), renderer, prompt, {}, None)
 
 
 @router.get("/models")
