@@ -189,7 +189,7 @@ def test_error_shapes(server: LiveServer) -> None:
     assert bad_json.status_code == 400 and "error" in bad_json.json()
     bad_session = httpx.post(
         url,
-        json={"model": "c", "messages": [{"role": "user", "content": "hi"}]},
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "hi"}]},
         headers={"X-Session-ID": "../x"},
     )
     assert bad_session.status_code == 400 and bad_session.json()["error"]["code"] == "invalid_session_id"
@@ -238,7 +238,7 @@ def test_failed_run_reports_openai_errors(settings: Settings, live_server: objec
         assert "error" in json.loads(data[-2]) and json.loads(data[-2])["error"]["message"]
         with pytest.raises(openai.APIError):
             for _ in client(server).chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "x"}], stream=True
+                model="clawlet", messages=[{"role": "user", "content": "x"}], stream=True
             ):
                 pass
 

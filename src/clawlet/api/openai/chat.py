@@ -54,7 +54,7 @@ from clawlet.events import (
 )
 from clawlet.llm.providers import describe_model
 from clawlet.runtime.manager import SessionBusy
-from clawlet.services import InvalidWorkspace, Workspaces
+from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
 from clawlet.tokens import count_tokens
 
@@ -80,8 +80,9 @@ class StreamOptions(BaseModel):
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, examples=[AGENT_MODEL_ID])
     messages: list[ChatMessage] = Field(min_length=1)
+    n: int | None = Field(default=None, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     session_id: str | None = None
@@ -282,6 +283,15 @@ def resolve_options(
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, workspaces: WorkspacesDep
 ) -> Response:
+    if body.model != AGENT_MODEL_ID:
+        return model_not_found(body.model)
+    if body.n is not None and body.n > 1:
+        return openai_error(
+            "n > 1 is not supported: an agent run is not repeatable; send n=1 or leave it out",
+            400,
+            code="unsupported_value",
+            param="n",
+        )
     if len(body.messages) == 1 and body.messages[0].role == "user":
         only = message_text(body.messages[0])
         if is_task_prompt(only):
@@ -389,18 +399,34 @@ async def answer_task(body: ChatCompletionRequest, workspaces: Workspaces, promp
     return await respond(body, task_events(engine, prompt), renderer, prompt, {}, None)
 
 
-@router.get("/models")
-def list_models(services: ServicesDep) -> dict[str, Any]:
+def model_not_found(model: str) -> JSONResponse:
+    return openai_error(
+        f"The model {model!r} does not exist: this server serves {AGENT_MODEL_ID!r} (see GET /v1/models)",
+        404,
+        code="model_not_found",
+        param="model",
+    )
+
+
+def model_entry(services: Services) -> dict[str, Any]:
+    """The agent as an OpenAI model object."""
     info = describe_model(services.settings)
     return {
-        "object": "list",
-        "data": [
-            {
-                "id": AGENT_MODEL_ID,
-                "object": "model",
-                "created": 1_767_225_600,
-                "owned_by": "clawlet",
-                "description": f"clawlet agent on {info.label}",
-            }
-        ],
+        "id": AGENT_MODEL_ID,
+        "object": "model",
+        "created": 1_767_225_600,
+        "owned_by": "clawlet",
+        "description": f"clawlet agent on {info.label}",
     }
+
+
+@router.get("/models")
+def list_models(services: ServicesDep) -> dict[str, Any]:
+    return {"object": "list", "data": [model_entry(services)]}
+
+
+@router.get("/models/{model_id}", response_model=None)
+def get_model(model_id: str, services: ServicesDep) -> dict[str, Any] | JSONResponse:
+    if model_id != AGENT_MODEL_ID:
+        return model_not_found(model_id)
+    return model_entry(services)
