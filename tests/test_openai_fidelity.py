@@ -1,13 +1,18 @@
 """``/v1`` honours what OpenAI clients send, driven by the real ``openai`` SDK against a real server
 (and raw HTTP for the error shapes): refusals OpenAI's way (``n > 1``, unknown models, unserved
-paths), ``GET /v1/models/{id}``."""
+paths), ``GET /v1/models/{id}``, sampling options passed to every model call (the scripted
+upstream records what it got), ``finish_reason: "length"`` when the cap cut the answer."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
 
+from clawlet.config import Settings
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import LiveServer
 
 ERROR_KEYS = {"message", "type", "param", "code"}
@@ -55,3 +60,92 @@ def test_a_served_path_with_another_method_stays_405(server: LiveServer) -> None
     response = httpx.delete(f"{server.url}/v1/models")
     assert response.status_code == 405 and response.headers["allow"] == "GET"
     assert set(response.json()["error"]) == ERROR_KEYS
+
+
+SAMPLING = {
+    "temperature": 0,
+    "top_p": 0.5,
+    "stop": ["END"],
+    "seed": 7,
+    "presence_penalty": 0.25,
+    "frequency_penalty": -0.5,
+}
+
+
+def scripted_server(live_server: Callable[..., LiveServer], llm: ScriptedOpenAIServer) -> LiveServer:
+    return live_server(
+        Settings(
+            provider="openai", llm_base_url=llm.base_url, llm_model="m", llm_api_key="k", temperature=0.7
+        )
+    )
+
+
+def test_sampling_options_reach_every_model_call(live_server: Callable[..., LiveServer]) -> None:
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script(
+            [
+                tool_turn(ToolCall("read_file", {"path": "workspace/IDENTITY.md"})),
+                text_turn("Read it."),
+                text_turn("Plain."),
+                text_turn("Default."),
+            ]
+        )
+        client = sdk(scripted_server(live_server, llm))
+        answer = client.chat.completions.create(
+            model="clawlet",
+            messages=[{"role": "user", "content": "read your identity"}],
+            max_tokens=50,
+            **SAMPLING,  # type: ignore[arg-type]
+        )
+        assert answer.choices[0].message.content == "Read it."
+        assert len(llm.requests) == 2 and "tools" in llm.requests[0]  # a tool step, then the answer
+        for sent in llm.requests:
+            assert {key: sent.get(key) for key in SAMPLING} == SAMPLING
+            assert sent["max_completion_tokens"] == 50  # the cap of each model call
+        client.chat.completions.create(
+            model="clawlet",
+            messages=[{"role": "user", "content": "hi"}],
+            stop="STOP",
+            max_tokens=50,
+            max_completion_tokens=9,
+        )
+        assert llm.requests[2]["stop"] == ["STOP"] and llm.requests[2]["max_completion_tokens"] == 9
+        client.chat.completions.create(model="clawlet", messages=[{"role": "user", "content": "hi"}])
+        defaults = llm.requests[3]
+        assert defaults["temperature"] == 0.7  # the configured default when the client sends none
+        assert not {"top_p", "stop", "seed", "max_completion_tokens"} & set(defaults)
+
+
+def test_an_answer_cut_by_max_tokens_ends_with_length(live_server: Callable[..., LiveServer]) -> None:
+    with ScriptedOpenAIServer() as llm:
+        cut = Turn(text="One two three", finish="length")
+        llm.set_script([cut, cut])
+        client = sdk(scripted_server(live_server, llm))
+        hello = [{"role": "user", "content": "count"}]
+        answer = client.chat.completions.create(model="clawlet", messages=hello, max_tokens=3)  # type: ignore[arg-type]
+        assert answer.choices[0].finish_reason == "length"
+        assert answer.choices[0].message.content == "One two three"
+        chunks = list(
+            client.chat.completions.create(model="clawlet", messages=hello, max_tokens=3, stream=True)  # type: ignore[arg-type]
+        )
+        finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finals == ["length"]
+        assert [sent["max_completion_tokens"] for sent in llm.requests] == [3, 3]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", 3),
+        ("top_p", -1),
+        ("max_tokens", 0),
+        ("stop", ["a", "b", "c", "d", "e"]),
+        ("seed", "x"),
+    ],
+)
+def test_bad_sampling_options_are_400s(server: LiveServer, field: str, value: object) -> None:
+    body = {"model": "clawlet", "messages": [{"role": "user", "content": "hi"}], field: value}
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert set(error) == ERROR_KEYS and error["param"].startswith(field)

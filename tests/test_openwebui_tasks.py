@@ -166,6 +166,7 @@ def test_tasks_are_answered_by_the_model_alone(live_server: Callable[..., LiveSe
             assert "x-session-id" not in raw.headers
             upstream = llm.requests[-1]
             assert "tools" not in upstream, name  # no tools offered
+            assert upstream["max_completion_tokens"] == 1000  # the task's own cap reached the model
             assert upstream["messages"] == [{"role": "user", "content": prompt}]  # no agent prompt
         assert len(llm.requests) == len(TASKS)
         assert session_files(custom) == []

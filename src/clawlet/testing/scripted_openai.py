@@ -91,10 +91,11 @@ class Turn:
     delay: float = 0.0
     reasoning: str = ""  # streamed first as DeepSeek-style ``reasoning_content`` deltas
     hold: threading.Event | None = None
+    finish: str = ""  # another finish_reason than the usual one (``length``: cut at max_tokens)
 
     @property
     def finish_reason(self) -> str:
-        return "tool_calls" if self.tool_calls else "stop"
+        return self.finish or ("tool_calls" if self.tool_calls else "stop")
 
 
 Script = Sequence[Turn] | Callable[[JSONDict], Turn]

@@ -53,6 +53,7 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.llm.providers import describe_model
+from clawlet.llm.sampling import Sampling
 from clawlet.runtime.manager import SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
@@ -86,6 +87,27 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     session_id: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = Field(default=None, max_length=4)
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+
+    def sampling(self) -> Sampling:
+        """The sampling options for each model call (``max_completion_tokens`` wins)."""
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return Sampling(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            stop=stop,
+            seed=self.seed,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+        )
 
 
 def message_text(message: ChatMessage) -> str:
@@ -138,6 +160,11 @@ def usage_body(usage: Usage | None, prompt: str, completion: str) -> dict[str, i
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def finish_reason(usage: Usage | None) -> str:
+    """``length`` when the model's token cap cut the answer, else ``stop``."""
+    return "length" if usage is not None and usage.truncated else "stop"
 
 
 class DeltaRenderer:
@@ -227,7 +254,7 @@ async def stream_completion(
             closing = renderer.finish()
             if closing:
                 yield chunk(completion_id, created, model, {"content": closing}, None)
-            yield chunk(completion_id, created, model, {}, "stop")
+            yield chunk(completion_id, created, model, {}, finish_reason(usage))
             if include_usage:
                 body = {
                     "id": completion_id,
@@ -316,6 +343,7 @@ async def chat_completions(
         disallowed_tools=frozenset(options.disallowed_tools or ()),
         extra_system_prompt=system_prompt,
         approval_mode="allow" if options.skip_permissions else "deny",
+        sampling=body.sampling(),
     )
     note = permission_note(await services.engine.resolve_context(context))
     try:
@@ -380,7 +408,7 @@ async def respond(
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": renderer.text},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason(usage),
                 "logprobs": None,
             }
         ],
@@ -396,7 +424,8 @@ async def answer_task(body: ChatCompletionRequest, workspaces: Workspaces, promp
     no session, whatever session or options the request names."""
     engine = workspaces.default.engine
     renderer = DeltaRenderer(None, "")
-    return await respond(body, task_events(engine, prompt), renderer, prompt, {}, None)
+    events = task_events(engine, prompt, body.sampling())
+    return await respond(body, events, renderer, prompt, {}, None)
 
 
 def model_not_found(model: str) -> JSONResponse:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from clawlet.engine.agent import AgentEngine
 from clawlet.events import Event, RunFailed, RunFinished, TextDelta
 from clawlet.llm.demo import TASK_PREFIX
+from clawlet.llm.sampling import NO_SAMPLING, Sampling
 
 HISTORY_OPEN = "<chat_history>"
 HISTORY_CLOSE = "</chat_history>"
@@ -30,12 +31,14 @@ def is_task_prompt(text: str) -> bool:
     return opened >= 0 and body.find(HISTORY_CLOSE, opened) > opened
 
 
-async def task_events(engine: AgentEngine, prompt: str) -> AsyncIterator[Event | None]:
+async def task_events(
+    engine: AgentEngine, prompt: str, sampling: Sampling = NO_SAMPLING
+) -> AsyncIterator[Event | None]:
     """The model's answer to ``prompt`` as run events, ending with ``RunFinished`` (or
     ``RunFailed``), with no session: the same events a chat turn's run yields."""
     content = ""
     try:
-        async for event in engine.answer_alone(prompt):
+        async for event in engine.answer_alone(prompt, sampling):
             if isinstance(event, TextDelta):
                 content += event.text
             yield event
