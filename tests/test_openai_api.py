@@ -235,7 +235,7 @@ def test_failed_run_reports_openai_errors(settings: Settings, live_server: objec
         _, lines = raw_stream(server, {**body, "stream": True})
         data = [line[6:] for line in lines if line.startswith("data: ")]
         assert data[-1] == "[DONE]"
-        assert "error" in json.loads(data[-2]) and json.loads(data[-2])["error"]["message"]
+        assert "error" in json.loads(data[-3]) and json.loads(data[-3])["error"]["message"]
         with pytest.raises(openai.APIError):
             for _ in client(server).chat.completions.create(
                 model="clawlet", messages=[{"role": "user", "content": "x"}], stream=True

@@ -1,15 +1,18 @@
 """``/v1`` honours what OpenAI clients send, driven by the real ``openai`` SDK against a real server
 (and raw HTTP for the error shapes): refusals OpenAI's way (``n > 1``, unknown models, unserved
 paths), ``GET /v1/models/{id}``, sampling options passed to every model call (the scripted
-upstream records what it got), ``finish_reason: "length"`` when the cap cut the answer."""
+upstream records what it got), ``finish_reason: "length"`` when the cap cut the answer, and a
+final ``finish_reason`` chunk after a mid-stream error."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from clawlet.config import Settings
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
@@ -149,3 +152,34 @@ def test_bad_sampling_options_are_400s(server: LiveServer, field: str, value: ob
     assert response.status_code == 400
     error = response.json()["error"]
     assert set(error) == ERROR_KEYS and error["param"].startswith(field)
+
+
+def test_a_mid_stream_error_still_ends_with_a_finish_reason(live_server: Callable[..., LiveServer]) -> None:
+    """The model fails after a tool ran: the error line, then the final chunk with its
+    ``finish_reason`` (and the usage chunk asked for), then ``[DONE]``; the SDK raises the error."""
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([tool_turn(ToolCall("read_file", {"path": "workspace/IDENTITY.md"}), text="Reading.")])
+        server = scripted_server(live_server, llm)  # the second model call finds the script exhausted
+        body = {
+            "model": "clawlet",
+            "messages": [{"role": "user", "content": "read your identity"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=60) as response:
+            data = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+        assert response.status_code == 200 and data[-1] == "[DONE]"
+        error, final, usage = (json.loads(item) for item in data[-4:-1])
+        assert error["error"]["code"] == "agent_run_failed" and error["error"]["message"]
+        assert ChatCompletionChunk.model_validate(final).choices[0].finish_reason == "stop"
+        assert ChatCompletionChunk.model_validate(usage).usage is not None
+        chunks = [ChatCompletionChunk.model_validate(json.loads(item)) for item in data[:-4]]
+        assert "Reading." in "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert all(c.choices[0].finish_reason is None for c in chunks)
+
+        llm.set_script([tool_turn(ToolCall("read_file", {"path": "workspace/IDENTITY.md"}), text="Reading.")])
+        with pytest.raises(openai.APIError, match="script exhausted"):
+            for _ in sdk(server).chat.completions.create(
+                model="clawlet", messages=[{"role": "user", "content": "again"}], stream=True
+            ):
+                pass

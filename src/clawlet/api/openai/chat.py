@@ -245,34 +245,33 @@ async def stream_completion(
     async for event in events:
         if isinstance(event, Usage):
             usage = event
-        elif isinstance(event, RunFailed):
+        elif isinstance(event, RunFailed):  # the error, then the stream ends as usual
             error = openai_error_body(event.error, 500, code="agent_run_failed")
             yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n"
-            yield "data: [DONE]\n\n"
-            return
+            break
         elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
-            closing = renderer.finish()
-            if closing:
-                yield chunk(completion_id, created, model, {"content": closing}, None)
-            yield chunk(completion_id, created, model, {}, finish_reason(usage))
-            if include_usage:
-                body = {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": usage_body(usage, prompt, renderer.text),
-                }
-                yield f"data: {json.dumps(body)}\n\n"
-            yield "data: [DONE]\n\n"
-            return
+            break
         else:
             piece = renderer.render(event) if event is not None else None
             if piece:
                 yield chunk(completion_id, created, model, {"content": piece}, None)
             elif event is None or isinstance(event, ToolStart | ToolEnd):
                 yield KEEPALIVE
+    closing = renderer.finish()
+    if closing:
+        yield chunk(completion_id, created, model, {"content": closing}, None)
+    yield chunk(completion_id, created, model, {}, finish_reason(usage))
+    if include_usage:
+        body = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage_body(usage, prompt, renderer.text),
+        }
+        yield f"data: {json.dumps(body)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def resolve_options(
