@@ -1,8 +1,8 @@
 """``/v1`` honours what OpenAI clients send, driven by the real ``openai`` SDK against a real server
 (and raw HTTP for the error shapes): refusals OpenAI's way (``n > 1``, unknown models, unserved
 paths), ``GET /v1/models/{id}``, sampling options passed to every model call (the scripted
-upstream records what it got), ``finish_reason: "length"`` when the cap cut the answer, and a
-final ``finish_reason`` chunk after a mid-stream error."""
+upstream records what it got), ``finish_reason: "length"`` when the cap cut the answer (also
+through LangChain), and a final ``finish_reason`` chunk after a mid-stream error."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 import httpx
 import openai
 import pytest
+from langchain_openai import ChatOpenAI
 from openai.types.chat import ChatCompletionChunk
 
 from clawlet.config import Settings
@@ -122,8 +123,9 @@ def test_sampling_options_reach_every_model_call(live_server: Callable[..., Live
 def test_an_answer_cut_by_max_tokens_ends_with_length(live_server: Callable[..., LiveServer]) -> None:
     with ScriptedOpenAIServer() as llm:
         cut = Turn(text="One two three", finish="length")
-        llm.set_script([cut, cut])
-        client = sdk(scripted_server(live_server, llm))
+        llm.set_script([cut, cut, cut])
+        server = scripted_server(live_server, llm)
+        client = sdk(server)
         hello = [{"role": "user", "content": "count"}]
         answer = client.chat.completions.create(model="clawlet", messages=hello, max_tokens=3)  # type: ignore[arg-type]
         assert answer.choices[0].finish_reason == "length"
@@ -133,7 +135,18 @@ def test_an_answer_cut_by_max_tokens_ends_with_length(live_server: Callable[...,
         )
         finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
         assert finals == ["length"]
-        assert [sent["max_completion_tokens"] for sent in llm.requests] == [3, 3]
+        langchain = ChatOpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="x",
+            model="clawlet",
+            temperature=0,
+            max_tokens=3,
+            max_retries=0,
+        )
+        reply = langchain.invoke("count")
+        assert reply.response_metadata["finish_reason"] == "length" and reply.text == "One two three"
+        assert [sent["max_completion_tokens"] for sent in llm.requests] == [3, 3, 3]
+        assert llm.requests[2]["temperature"] == 0
 
 
 @pytest.mark.parametrize(
