@@ -109,11 +109,11 @@ def test_sampling_options_reach_every_model_call(live_server: Callable[..., Live
         client.chat.completions.create(
             model="clawlet",
             messages=[{"role": "user", "content": "hi"}],
-            stop="STOP",
+            stop="STOP HERE",
             max_tokens=50,
             max_completion_tokens=9,
         )
-        assert llm.requests[2]["stop"] == ["STOP"] and llm.requests[2]["max_completion_tokens"] == 9
+        assert llm.requests[2]["stop"] == ["STOP HERE"] and llm.requests[2]["max_completion_tokens"] == 9
         client.chat.completions.create(model="clawlet", messages=[{"role": "user", "content": "hi"}])
         defaults = llm.requests[3]
         assert defaults["temperature"] == 0.7  # the configured default when the client sends none
