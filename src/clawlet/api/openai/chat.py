@@ -6,6 +6,11 @@ and its id comes back in the ``X-Session-ID`` header (and the body when not stre
 inside the agent: their activity never appears as OpenAI ``tool_calls`` (a client would run them
 again); ``: keep-alive`` comments flow while they run.
 
+The model is ``clawlet`` (other ids get 404 ``model_not_found``); the client's sampling options
+(``temperature``, ``top_p``, ``max_tokens``...) apply to every model call of the turn, and
+``finish_reason`` is ``length`` when the cap cut the answer. Open WebUI's background tasks are no
+turns: the model alone answers them, in no session (:mod:`clawlet.api.openai.tasks`).
+
 This endpoint cannot ask the user anything, so tools whose approval policy is ``ask`` are denied
 (not offered; a call is refused) unless the request says ``dangerously-skip-permissions=true``,
 which runs them without asking; ``ask_user`` is never offered. With thinking on, the thinking
