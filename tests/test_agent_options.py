@@ -112,18 +112,19 @@ def test_unknown_tool_names_and_bad_workspace_are_400(server: LiveServer) -> Non
     for body_extra in ({"allowed-tools": ["rm_rf"]}, {"disallowed_tools": ["nope"]}):
         response = httpx.post(
             server.url + V1,
-            json={"model": "c", "messages": [{"role": "user", "content": "hi"}], **body_extra},
+            json={"model": "clawlet", "messages": [{"role": "user", "content": "hi"}], **body_extra},
         )
         assert response.status_code == 400
         assert response.json()["error"]["type"] == "invalid_request_error"
         assert "unknown tool" in response.json()["error"]["message"]
     in_message = httpx.post(
         server.url + V1,
-        json={"model": "c", "messages": [{"role": "user", "content": 'allowed-tools=["x"] hi'}]},
+        json={"model": "clawlet", "messages": [{"role": "user", "content": 'allowed-tools=["x"] hi'}]},
     )
     assert in_message.status_code == 400
     traversal = httpx.post(
-        server.url + V1, json={"model": "c", "messages": [{"role": "user", "content": "workspace=../etc hi"}]}
+        server.url + V1,
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "workspace=../etc hi"}]},
     )
     assert traversal.status_code == 400 and traversal.json()["error"]["code"] == "invalid_workspace"
 
@@ -132,7 +133,7 @@ def test_demo_model_cannot_call_a_disallowed_tool(server: LiveServer) -> None:
     response = httpx.post(
         server.url + V1,
         json={
-            "model": "c",
+            "model": "clawlet",
             "messages": [{"role": "user", "content": 'disallowed-tools=["terminal"] run: echo hi'}],
         },
         timeout=60,
@@ -145,7 +146,10 @@ def test_workspaces_are_isolated(server: LiveServer) -> None:
     def ask(workspace: str, text: str) -> httpx.Response:
         return httpx.post(
             server.url + V1,
-            json={"model": "c", "messages": [{"role": "user", "content": f"workspace={workspace} {text}"}]},
+            json={
+                "model": "clawlet",
+                "messages": [{"role": "user", "content": f"workspace={workspace} {text}"}],
+            },
             timeout=60,
         )
 
@@ -166,7 +170,7 @@ def test_workspaces_are_isolated(server: LiveServer) -> None:
 def test_session_resume_by_in_message_session_id_and_thinking_block(server: LiveServer) -> None:
     first = httpx.post(
         server.url + V1,
-        json={"model": "c", "messages": [{"role": "user", "content": "thinking=true run: echo t1"}]},
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "thinking=true run: echo t1"}]},
         timeout=60,
     )
     content = first.json()["choices"][0]["message"]["content"]
@@ -177,7 +181,7 @@ def test_session_resume_by_in_message_session_id_and_thinking_block(server: Live
     second = httpx.post(
         server.url + V1,
         json={
-            "model": "c",
+            "model": "clawlet",
             "messages": [
                 {"role": "assistant", "content": f"session-id={session_id}"},
                 {"role": "user", "content": "thinking=code run: echo t2"},
@@ -252,7 +256,7 @@ def test_model_reasoning_streams_inside_the_think_block(settings: Settings, live
             provider="deepseek", deepseek_api_key="k", deepseek_base_url=llm.base_url, deepseek_model="r1"
         )
         server: LiveServer = live_server(custom)  # type: ignore[operator]
-        body = {"model": "c", "messages": [{"role": "user", "content": "2+2?"}]}
+        body = {"model": "clawlet", "messages": [{"role": "user", "content": "2+2?"}]}
         shown = httpx.post(server.url + V1, json={**body, "thinking": True}, timeout=60)
         content = shown.json()["choices"][0]["message"]["content"]
         assert content.startswith("<think>\nsession-id=")

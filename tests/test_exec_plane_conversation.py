@@ -272,6 +272,24 @@ async def test_an_api_turns_events_reach_the_control_plane_once_each(
     assert "you said: over http" in snapshot["short_term_memory"]["conversation"]
 
 
+async def test_a_v1_turns_sampling_options_reach_the_model_from_the_session_process(
+    exec_plane: ExecPlane, api: httpx.AsyncClient, llm: ScriptedOpenAIServer
+) -> None:
+    body = {
+        "model": "clawlet",
+        "messages": [{"role": "user", "content": "sampled"}],
+        "temperature": 0,
+        "max_tokens": 5,
+        "stop": ["END"],
+    }
+    response = await api.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    assert isinstance(exec_plane.adapter(response.headers["x-session-id"]), ProcessSessionAdapter)
+    sent = [r for r in llm.requests if any(m.get("content") == "sampled" for m in r["messages"])]
+    assert sent  # through the session process's pipe, the client's options reached the model
+    assert all((r["temperature"], r["max_completion_tokens"], r["stop"]) == (0, 5, ["END"]) for r in sent)
+
+
 async def test_an_ask_tool_waits_is_approved_over_api_app_and_runs_once(
     plane: ScriptedControlPlane, exec_plane: ExecPlane, api: httpx.AsyncClient, llm: ScriptedOpenAIServer
 ) -> None:

@@ -189,7 +189,7 @@ def test_error_shapes(server: LiveServer) -> None:
     assert bad_json.status_code == 400 and "error" in bad_json.json()
     bad_session = httpx.post(
         url,
-        json={"model": "c", "messages": [{"role": "user", "content": "hi"}]},
+        json={"model": "clawlet", "messages": [{"role": "user", "content": "hi"}]},
         headers={"X-Session-ID": "../x"},
     )
     assert bad_session.status_code == 400 and bad_session.json()["error"]["code"] == "invalid_session_id"
@@ -235,10 +235,10 @@ def test_failed_run_reports_openai_errors(settings: Settings, live_server: objec
         _, lines = raw_stream(server, {**body, "stream": True})
         data = [line[6:] for line in lines if line.startswith("data: ")]
         assert data[-1] == "[DONE]"
-        assert "error" in json.loads(data[-2]) and json.loads(data[-2])["error"]["message"]
+        assert "error" in json.loads(data[-3]) and json.loads(data[-3])["error"]["message"]
         with pytest.raises(openai.APIError):
             for _ in client(server).chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "x"}], stream=True
+                model="clawlet", messages=[{"role": "user", "content": "x"}], stream=True
             ):
                 pass
 

@@ -71,8 +71,12 @@ class NewSegment:
 
 @dataclass(frozen=True)
 class Usage:
+    """The tokens a run's model calls used; ``truncated`` when the last call stopped at its token
+    cap (OpenAI's ``finish_reason: "length"``), so the answer is cut short."""
+
     input_tokens: int
     output_tokens: int
+    truncated: bool = False
 
 
 @dataclass(frozen=True)

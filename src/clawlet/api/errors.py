@@ -94,6 +94,11 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(
             exc.status_code, "http_error"
         )
+        if is_openai_path(request) and exc.status_code in (404, 405) and not documented_methods(request):
+            # like OpenAI: a path this server does not serve is a 404, whatever the method (the web
+            # UI's catch-all GET would make it a 405)
+            message = f"Invalid URL ({request.method} {request.url.path})"
+            return openai_error(message, 404, code="unknown_url")
         if is_openai_path(request):
             response = openai_error(str(exc.detail), exc.status_code, code=code)
         else:

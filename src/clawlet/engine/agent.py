@@ -51,6 +51,7 @@ from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
+from clawlet.engine.sampling import SamplingMiddleware
 from clawlet.events import (
     Event,
     NewSegment,
@@ -65,7 +66,8 @@ from clawlet.events import (
     render_tool_input,
 )
 from clawlet.llm.demo import RETRIEVAL_HEADER
-from clawlet.llm.providers import build_chat_model
+from clawlet.llm.providers import build_chat_model, describe_model
+from clawlet.llm.sampling import NO_SAMPLING, Sampling
 from clawlet.memory.index import SearchResult
 from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 from clawlet.runtime.checkpointer import LocalCheckpointer
@@ -99,6 +101,12 @@ def format_retrieval(results: Sequence[SearchResult]) -> str:
     for rank, item in enumerate(results, start=1):
         lines.append(f"{rank}. ({item['source']}) {item['text']}")
     return "\n".join(lines)
+
+
+def cut_by_cap(message: BaseMessage) -> bool:
+    """Whether the model stopped ``message`` at its token cap (``finish_reason``/``stop_reason``)."""
+    metadata = message.response_metadata
+    return metadata.get("finish_reason") == "length" or metadata.get("stop_reason") == "max_tokens"
 
 
 def to_langchain_messages(history: Sequence[dict[str, str]]) -> list[BaseMessage]:
@@ -135,6 +143,10 @@ class AgentEngine:
         self.demo_token_delay = demo_token_delay
         # the agent with a checkpointer, per checkpoint directory: (the agent it copies, the copy)
         self._pausable: dict[Path, tuple[Any, Any]] = {}
+
+    @property
+    def provider(self) -> str:
+        return describe_model(self.settings).provider
 
     def build_model(self) -> BaseChatModel:
         """The chat model, built once: models are stateless between calls and building one
@@ -190,6 +202,7 @@ class AgentEngine:
             middleware: list[AgentMiddleware[Any, Any, Any]] = [
                 workspace_prompt,
                 ToolPermissionMiddleware(),
+                SamplingMiddleware(self.provider),
                 approval_middleware([tool.name for tool in tools]),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
@@ -239,6 +252,27 @@ class AgentEngine:
 
     def tool_names(self) -> list[str]:
         return [tool.name for tool in self.build_tools()]
+
+    async def answer_alone(self, prompt: str, sampling: Sampling = NO_SAMPLING) -> AsyncIterator[Event]:
+        """The model alone answering one user message: no tools, no system prompt, no memory,
+        nothing stored; yields ``TextDelta`` (and ``Thinking``) events, then ``Usage`` when the
+        provider reports it or cut the answer. For requests that are not agent turns (a client's
+        background tasks)."""
+        input_tokens = output_tokens = 0
+        truncated = False
+        model = self.build_model().bind(**sampling.for_provider(self.provider))
+        async for chunk in model.astream([HumanMessage(prompt)]):
+            if chunk.usage_metadata:
+                input_tokens += chunk.usage_metadata.get("input_tokens", 0)
+                output_tokens += chunk.usage_metadata.get("output_tokens", 0)
+            truncated = truncated or cut_by_cap(chunk)
+            reasoning = chunk.additional_kwargs.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                yield Thinking(reasoning)
+            if chunk.text:
+                yield TextDelta(chunk.text)
+        if input_tokens or output_tokens or truncated:
+            yield Usage(input_tokens=input_tokens, output_tokens=output_tokens, truncated=truncated)
 
     async def stream(
         self,
@@ -306,7 +340,7 @@ class AgentEngine:
             inputs = {"messages": [*to_langchain_messages(history), *recalled, HumanMessage(message)]}
             if pause is not None:  # a fresh turn: nothing of an earlier one may be resumed into it
                 await agent.checkpointer.adelete_thread(pause.thread_id)
-        tools_ran = interrupted = False
+        tools_ran = interrupted = truncated = False
         input_tokens = output_tokens = 0
         async for mode, payload in agent.astream(
             inputs, config=config, context=context, stream_mode=["messages", "updates"], **options
@@ -346,6 +380,8 @@ class AgentEngine:
                         )
                         tools_ran = True
                     elif isinstance(item, AIMessage):
+                        if node == MODEL_NODE:
+                            truncated = cut_by_cap(item)  # the last model call's end counts
                         if node != MODEL_NODE and item.text:
                             # A middleware ended the run with a notice (e.g. the model-call cap).
                             if tools_ran:
@@ -361,8 +397,8 @@ class AgentEngine:
                                 input=render_tool_input(call["args"]),
                                 call_id=call.get("id") or "",
                             )
-        if input_tokens or output_tokens:
-            yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        if input_tokens or output_tokens or truncated:
+            yield Usage(input_tokens=input_tokens, output_tokens=output_tokens, truncated=truncated)
         if pause is not None and interrupted:
             state = await agent.aget_state(config)
             waiting = [found for found in map(pending_from_interrupt, state.interrupts) if found is not None]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from clawlet.llm.sampling import NO_SAMPLING, Sampling
+
 ApprovalMode = Literal["ask", "deny", "allow"]
 """What a turn does with tools whose approval policy is ``ask``: ``ask`` pauses the run until the
 user decides (only callers that can show the question and resume the run may choose it), ``deny``
@@ -21,7 +23,8 @@ class RunContext:
     (:meth:`clawlet.engine.agent.AgentEngine.resolve_context`): ``ask_tools`` pause before they run,
     ``policy_denied`` are set to ``deny``, ``approval_denied`` are ``ask`` tools this turn cannot ask
     about, ``skipped_approval`` are ``ask`` tools it runs without asking; ``resume_call_ids`` are
-    the tool calls a resumed run waits on (always asked, whatever the policy says by then)."""
+    the tool calls a resumed run waits on (always asked, whatever the policy says by then);
+    ``sampling`` the client's sampling options for each model call."""
 
     allowed_tools: frozenset[str] | None = None
     disallowed_tools: frozenset[str] = frozenset()
@@ -32,6 +35,7 @@ class RunContext:
     approval_denied: frozenset[str] = frozenset()
     skipped_approval: frozenset[str] = frozenset()
     resume_call_ids: frozenset[str] = frozenset()
+    sampling: Sampling = NO_SAMPLING
 
     def tool_allowed(self, name: str) -> bool:
         if name in self.disallowed_tools or name in self.policy_denied or name in self.approval_denied:

@@ -8,6 +8,8 @@ It lets the whole product run with no API key and no network. It reads the last 
 - ``ask: <question>`` → calls ``ask_user`` (the run waits for the user's answer)
 - ``call: <tool> <JSON object>`` → calls any offered tool with those arguments (e.g. cluster mode's
   ``long_term_memory`` or ``remote_mcp``)
+- ``### Task:`` (Open WebUI's background tasks) → the JSON the task asks for (a title from the
+  first user line, ``["General"]`` tags, no follow-ups, no search queries)
 - with RAG mode on and memory retrieved → answers with what it recalled
 - a weather question (``weather`` / ``天气``) → reads ``skills/get_weather/SKILL.md``
 - after a tool result → answers from that result; anything else → a labelled echo with hints.
@@ -46,6 +48,7 @@ DEMO_MODEL_NAME = "demo"
 DEMO_MODEL_LABEL = "demo (offline demo model, no LLM)"
 TITLE_REQUEST_MARKER = "Write a short title for this conversation"
 SUMMARY_REQUEST_MARKER = "Summarise the conversation below"
+TASK_PREFIX = "### Task:"  # a client's background task (Open WebUI's title, tags, ...)
 RETRIEVAL_HEADER = "[记忆检索结果] Memory retrieved for this message (from memory/MEMORY.md):"
 HINTS = (
     "Try `run: ls`, `python: 1 + 1`, `read workspace/SOUL.md`, `fetch <url>`, `search <query>`, "
@@ -133,6 +136,8 @@ def plan_reply(messages: Sequence[BaseMessage], tool_names: set[str]) -> DemoRep
     if isinstance(last, ToolMessage):
         return _answer_from_tool(last)
     text = _text_of(last).strip()
+    if text.startswith(TASK_PREFIX):
+        return DemoReply(_task_answer(text))
     generic = _GENERIC_CALL.match(text)
     if generic:
         return _generic_call(generic.group(1), generic.group(2) or "{}", tool_names)
@@ -148,6 +153,26 @@ def plan_reply(messages: Sequence[BaseMessage], tool_names: set[str]) -> DemoRep
         path = "skills/get_weather/SKILL.md"
         return _call("read_file", {"path": path}, "Let me read the get_weather skill first.", tool_names)
     return DemoReply(f"[demo] I am clawlet's offline demo model, not a real LLM. You said: “{text}”. {HINTS}")
+
+
+def _task_answer(prompt: str) -> str:
+    """The JSON a client's background task asks for (Open WebUI's title, tags, follow-ups,
+    search queries), from the first user line of its ``<chat_history>``."""
+    task = prompt.split("\n", 2)[1].lower() if prompt.count("\n") >= 2 else prompt.lower()
+    history = prompt.split("<chat_history>", 1)[-1]
+    first = re.search(r"^USER:\s*(.+)$", history, re.M)
+    words = (first.group(1) if first else "New chat").split()
+    if "title" in task:
+        answer: dict[str, Any] = {"title": " ".join(words[:5])}
+    elif "tags" in task:
+        answer = {"tags": ["General"]}
+    elif "follow-up" in task:
+        answer = {"follow_ups": []}
+    elif "search queries" in task:
+        answer = {"queries": []}
+    else:
+        answer = {"text": ""}
+    return json.dumps(answer, ensure_ascii=False)
 
 
 def _call(tool: str, args: dict[str, str], intro: str, tool_names: set[str]) -> DemoReply:

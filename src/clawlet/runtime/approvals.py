@@ -29,6 +29,7 @@ from typing import Any
 from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_json
 from clawlet.engine.context import RunContext
 from clawlet.events import Pending
+from clawlet.llm.sampling import Sampling
 from clawlet.paths import read_text_inside
 from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.storage import atomic_write_json, file_lock
@@ -46,6 +47,7 @@ def context_to_json(context: RunContext) -> dict[str, Any]:
         "disallowed_tools": sorted(context.disallowed_tools),
         "extra_system_prompt": context.extra_system_prompt,
         "approval_mode": context.approval_mode,
+        "sampling": context.sampling.to_json(),
     }
 
 
@@ -59,6 +61,7 @@ def context_from_json(data: Any) -> RunContext:
         disallowed_tools=frozenset(map(str, data.get("disallowed_tools") or ())),
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
         approval_mode=mode if mode in ("ask", "deny", "allow") else "ask",
+        sampling=Sampling.from_json(data.get("sampling")),
     )
 
 

@@ -44,6 +44,7 @@ from clawlet.cluster.protocol import MAX_FRAME_BYTES
 from clawlet.engine.approvals import Decision, PausePoint, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import Event, NewSegment, TextDelta
+from clawlet.llm.sampling import Sampling
 from clawlet.runtime.base import UserMessage
 
 LINE_LIMIT: Final = MAX_FRAME_BYTES
@@ -74,6 +75,7 @@ def encode_context(context: RunContext) -> dict[str, Any]:
     encoded["allowed_tools"] = None if context.allowed_tools is None else sorted(context.allowed_tools)
     encoded["extra_system_prompt"] = context.extra_system_prompt
     encoded["approval_mode"] = context.approval_mode
+    encoded["sampling"] = context.sampling.to_json()
     return encoded
 
 
@@ -87,6 +89,7 @@ def decode_context(data: Any) -> RunContext:
         allowed_tools=None if allowed is None else frozenset(map(str, allowed)),
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
         approval_mode=mode if mode in ("ask", "deny", "allow") else DEFAULT_CONTEXT.approval_mode,
+        sampling=Sampling.from_json(data.get("sampling")),
         **sets,
     )
 

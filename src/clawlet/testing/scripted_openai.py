@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 JSONDict = dict[str, Any]
+HOLD_LIMIT_SECONDS = 120.0
+"""The longest a held answer (``Turn.hold``) waits: a test that forgets to release it still ends."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ class Turn:
     """One scripted answer: text, tool calls, or text followed by tool calls.
 
     ``chunks`` is how many content deltas the text is streamed in (default: about one per word);
-    ``delay`` is the pause in seconds before every chunk after the first (for benchmarks).
+    ``delay`` is the pause in seconds before every chunk after the first (for benchmarks);
+    ``hold``, when given, keeps the answer back until the test sets it (a request kept in flight).
     """
 
     text: str = ""
@@ -87,10 +90,12 @@ class Turn:
     chunks: int | None = None
     delay: float = 0.0
     reasoning: str = ""  # streamed first as DeepSeek-style ``reasoning_content`` deltas
+    hold: threading.Event | None = None
+    finish: str = ""  # another finish_reason than the usual one (``length``: cut at max_tokens)
 
     @property
     def finish_reason(self) -> str:
-        return "tool_calls" if self.tool_calls else "stop"
+        return self.finish or ("tool_calls" if self.tool_calls else "stop")
 
 
 Script = Sequence[Turn] | Callable[[JSONDict], Turn]
@@ -309,6 +314,8 @@ class ScriptedOpenAIServer:
             with self._lock:
                 self.errors.append(message)
             return _error(500, message, "server_error")
+        if turn.hold is not None:
+            await asyncio.to_thread(turn.hold.wait, HOLD_LIMIT_SECONDS)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         model = str(body.get("model") or self.model)

@@ -6,6 +6,11 @@ and its id comes back in the ``X-Session-ID`` header (and the body when not stre
 inside the agent: their activity never appears as OpenAI ``tool_calls`` (a client would run them
 again); ``: keep-alive`` comments flow while they run.
 
+The model is ``clawlet`` (other ids get 404 ``model_not_found``); the client's sampling options
+(``temperature``, ``top_p``, ``max_tokens``...) apply to every model call of the turn, and
+``finish_reason`` is ``length`` when the cap cut the answer. Open WebUI's background tasks are no
+turns: the model alone answers them, in no session (:mod:`clawlet.api.openai.tasks`).
+
 This endpoint cannot ask the user anything, so tools whose approval policy is ``ask`` are denied
 (not offered; a call is refused) unless the request says ``dangerously-skip-permissions=true``,
 which runs them without asking; ``ask_user`` is never offered. With thinking on, the thinking
@@ -18,7 +23,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -26,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clawlet.api.deps import ServicesDep, WorkspacesDep
 from clawlet.api.openai.errors import openai_error, openai_error_body
+from clawlet.api.openai.tasks import is_task_prompt, task_events
 from clawlet.api.options import (
     BODY_KEYS,
     HEADER_KEYS,
@@ -39,6 +45,7 @@ from clawlet.api.sse import KEEPALIVE
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import (
+    Event,
     NewSegment,
     RunCancelled,
     RunFailed,
@@ -51,8 +58,9 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.llm.providers import describe_model
-from clawlet.runtime.manager import Run, SessionBusy
-from clawlet.services import InvalidWorkspace
+from clawlet.llm.sampling import Sampling
+from clawlet.runtime.manager import SessionBusy
+from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
 from clawlet.tokens import count_tokens
 
@@ -78,11 +86,33 @@ class StreamOptions(BaseModel):
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, examples=[AGENT_MODEL_ID])
     messages: list[ChatMessage] = Field(min_length=1)
+    n: int | None = Field(default=None, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     session_id: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+
+    def sampling(self) -> Sampling:
+        """The sampling options for each model call (``max_completion_tokens`` wins)."""
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return Sampling(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            stop=stop,
+            seed=self.seed,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+        )
 
 
 def message_text(message: ChatMessage) -> str:
@@ -135,6 +165,11 @@ def usage_body(usage: Usage | None, prompt: str, completion: str) -> dict[str, i
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def finish_reason(usage: Usage | None) -> str:
+    """``length`` when the model's token cap cut the answer, else ``stop``."""
+    return "length" if usage is not None and usage.truncated else "stop"
 
 
 class DeltaRenderer:
@@ -199,7 +234,7 @@ class DeltaRenderer:
 
 
 async def stream_completion(
-    run: Run,
+    events: AsyncIterator[Event | None],
     renderer: DeltaRenderer,
     completion_id: str,
     created: int,
@@ -212,37 +247,36 @@ async def stream_completion(
     if opening:
         yield chunk(completion_id, created, model, {"content": opening}, None)
     usage: Usage | None = None
-    async for event in run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True):
+    async for event in events:
         if isinstance(event, Usage):
             usage = event
-        elif isinstance(event, RunFailed):
+        elif isinstance(event, RunFailed):  # the error, then the stream ends as usual
             error = openai_error_body(event.error, 500, code="agent_run_failed")
             yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n"
-            yield "data: [DONE]\n\n"
-            return
+            break
         elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
-            closing = renderer.finish()
-            if closing:
-                yield chunk(completion_id, created, model, {"content": closing}, None)
-            yield chunk(completion_id, created, model, {}, "stop")
-            if include_usage:
-                body = {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": usage_body(usage, prompt, renderer.text),
-                }
-                yield f"data: {json.dumps(body)}\n\n"
-            yield "data: [DONE]\n\n"
-            return
+            break
         else:
             piece = renderer.render(event) if event is not None else None
             if piece:
                 yield chunk(completion_id, created, model, {"content": piece}, None)
             elif event is None or isinstance(event, ToolStart | ToolEnd):
                 yield KEEPALIVE
+    closing = renderer.finish()
+    if closing:
+        yield chunk(completion_id, created, model, {"content": closing}, None)
+    yield chunk(completion_id, created, model, {}, finish_reason(usage))
+    if include_usage:
+        body = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage_body(usage, prompt, renderer.text),
+        }
+        yield f"data: {json.dumps(body)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def resolve_options(
@@ -280,6 +314,19 @@ def resolve_options(
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, workspaces: WorkspacesDep
 ) -> Response:
+    if body.model != AGENT_MODEL_ID:
+        return model_not_found(body.model)
+    if body.n is not None and body.n > 1:
+        return openai_error(
+            "n > 1 is not supported: an agent run is not repeatable; send n=1 or leave it out",
+            400,
+            code="unsupported_value",
+            param="n",
+        )
+    if len(body.messages) == 1 and body.messages[0].role == "user":
+        only = message_text(body.messages[0])
+        if is_task_prompt(only):
+            return await answer_task(body, workspaces, only)
     try:
         options, messages, system_prompt = resolve_options(request, body)
     except OptionError as exc:
@@ -300,6 +347,7 @@ async def chat_completions(
         disallowed_tools=frozenset(options.disallowed_tools or ()),
         extra_system_prompt=system_prompt,
         approval_mode="allow" if options.skip_permissions else "deny",
+        sampling=body.sampling(),
     )
     note = permission_note(await services.engine.resolve_context(context))
     try:
@@ -315,66 +363,104 @@ async def chat_completions(
         return openai_error(
             f"session {session_id!r} is still answering a previous message", 409, code="session_busy"
         )
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
     headers = {"X-Session-ID": session_id}
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
     prompt = "\n".join(message_text(m) for m in messages)
     renderer = DeltaRenderer(options.thinking, session_id, note)
+    events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
+    return await respond(body, events, renderer, prompt, headers, session_id)
+
+
+async def respond(
+    body: ChatCompletionRequest,
+    events: AsyncIterator[Event | None],
+    renderer: DeltaRenderer,
+    prompt: str,
+    headers: dict[str, str],
+    session_id: str | None,
+) -> Response:
+    """The completion (streamed or not) of a run's ``events``; ``session_id`` None for an answer
+    that belongs to no session."""
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            stream_completion(run, renderer, completion_id, created, body.model, include_usage, prompt),
+            stream_completion(events, renderer, completion_id, created, body.model, include_usage, prompt),
             media_type="text/event-stream",
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     renderer.start()
     usage: Usage | None = None
-    async for event in run.events():
+    async for event in events:
         if isinstance(event, Usage):
             usage = event
         elif isinstance(event, RunFailed):
             response = openai_error(event.error, 500, code="agent_run_failed", run_started=True)
-            response.headers["X-Session-ID"] = session_id
+            response.headers.update(headers)
             return response
         elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
             renderer.finish()
         else:
             renderer.render(event)
-    return JSONResponse(
-        {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": body.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": renderer.text},
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-            ],
-            "usage": usage_body(usage, prompt, renderer.text),
-            "session_id": session_id,
-        },
-        headers=headers,
+    completion: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": body.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": renderer.text},
+                "finish_reason": finish_reason(usage),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage_body(usage, prompt, renderer.text),
+    }
+    if session_id is not None:
+        completion["session_id"] = session_id
+    return JSONResponse(completion, headers=headers)
+
+
+async def answer_task(body: ChatCompletionRequest, workspaces: Workspaces, prompt: str) -> Response:
+    """An Open WebUI background task (see :mod:`clawlet.api.openai.tasks`): the model alone, in
+    no session, whatever session or options the request names."""
+    engine = workspaces.default.engine
+    renderer = DeltaRenderer(None, "")
+    events = task_events(engine, prompt, body.sampling())
+    return await respond(body, events, renderer, prompt, {}, None)
+
+
+def model_not_found(model: str) -> JSONResponse:
+    return openai_error(
+        f"The model {model!r} does not exist: this server serves {AGENT_MODEL_ID!r} (see GET /v1/models)",
+        404,
+        code="model_not_found",
+        param="model",
     )
+
+
+def model_entry(services: Services) -> dict[str, Any]:
+    """The agent as an OpenAI model object."""
+    info = describe_model(services.settings)
+    return {
+        "id": AGENT_MODEL_ID,
+        "object": "model",
+        "created": 1_767_225_600,
+        "owned_by": "clawlet",
+        "description": f"clawlet agent on {info.label}",
+    }
 
 
 @router.get("/models")
 def list_models(services: ServicesDep) -> dict[str, Any]:
-    info = describe_model(services.settings)
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": AGENT_MODEL_ID,
-                "object": "model",
-                "created": 1_767_225_600,
-                "owned_by": "clawlet",
-                "description": f"clawlet agent on {info.label}",
-            }
-        ],
-    }
+    return {"object": "list", "data": [model_entry(services)]}
+
+
+@router.get("/models/{model_id}", response_model=None)
+def get_model(model_id: str, services: ServicesDep) -> dict[str, Any] | JSONResponse:
+    if model_id != AGENT_MODEL_ID:
+        return model_not_found(model_id)
+    return model_entry(services)
