@@ -322,6 +322,12 @@ def test_weird_thread_ids_namespaces_and_checkpoint_ids_stay_inside_the_root(tmp
     assert saver.get_tuple(_config("../x", WEIRD_IDS[-1])) is None
     assert saver.get_tuple(_config("a/b", WEIRD_IDS[-2])) is not None
 
+    # dropping every thread but one (a session process after each turn) reads no checkpoint
+    keep = WEIRD_IDS[2]
+    assert saver.delete_other_threads(keep) == len(WEIRD_IDS) - 2  # "../x" is gone already
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == [keep]
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == [saver.thread_dir(keep).name]
+
 
 # -- (2) persistence, snapshot -------------------------------------------------------------------
 

@@ -471,9 +471,7 @@ class SessionChild:
         """Delete the checkpoints of earlier turns: the newest checkpoint is the last turn's state."""
         assert self.checkpointer is not None
         try:
-            threads = {str(item.config["configurable"]["thread_id"]) for item in self.checkpointer.list(None)}
-            for thread_id in threads - {keep}:
-                self.checkpointer.delete_thread(thread_id)
+            self.checkpointer.delete_other_threads(keep)
         except Exception:
             log.exception("session %s: could not prune old checkpoints", self.session_id)
 

@@ -674,6 +674,18 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
         with file_lock(thread_dir):
             self._remove_thread_dir(thread_dir)
 
+    def delete_other_threads(self, keep: str) -> int:
+        """Delete every thread but ``keep`` (a runtime that only ever continues its newest turn
+        keeps that one); returns how many were deleted. Reads no checkpoint."""
+        kept = self.thread_dir(str(keep))
+        removed = 0
+        for thread_dir in self._thread_dirs():
+            if thread_dir != kept:
+                with file_lock(thread_dir):
+                    self._remove_thread_dir(thread_dir)
+                removed += 1
+        return removed
+
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in ``run_ids``."""
         wanted = set(run_ids)
