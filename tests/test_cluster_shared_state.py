@@ -107,8 +107,9 @@ async def test_mcp_servers_set_through_one_instance_are_offered_and_run_by_anoth
 
 
 async def test_a_request_kept_by_one_instance_is_answered_on_resume_by_another(
-    two_instances: tuple[Harness, Harness],
+    two_instances: tuple[Harness, Harness], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="clawlet.controlplane.server")
     a, b = two_instances
     creds = a.user(ALICE)
     a.user(BOB)
@@ -136,6 +137,12 @@ async def test_a_request_kept_by_one_instance_is_answered_on_resume_by_another(
     # the same request sent again to B is answered from A's outcome, not run again
     await on_b.send(encode(request_frame("r1", "s", "echo", {"n": 1})))
     assert (await recv_type(on_b, "response"))["result"] == {"echo": {"n": 1}, "user": ALICE}
+    assert runs == ["r1"]
+    # a request given up as lost is not run by the instance its frame reaches late
+    late = await a.raw_connect(ALICE, creds.token)
+    await recv_type(late, "init")
+    await late.send(encode(request_frame("never-sent", "s", "echo", {"n": 2})))
+    await until(lambda: "request never-sent of user alice was answered lost to a resume" in caplog.text, WAIT)
     assert runs == ["r1"]
     # never another user's outcome
     bob_creds = b.plane.issue_vm_credentials(BOB)
@@ -178,7 +185,7 @@ async def test_a_request_still_running_on_another_instance_is_pending_then_answe
     await on_b.send(encode(resume_frame(["r1"])))
     assert (await recv_type(on_b, "resume_response"))["results"] == {"r1": {"status": "pending"}}
     await on_b.send(encode(request_frame("r1", "s", "slow", {})))  # a repeat: A runs it already
-    await until(lambda: "r1 of user alice runs on another instance; ignoring the repeat" in caplog.text, WAIT)
+    await until(lambda: "r1 of user alice runs on another instance; not running it" in caplog.text, WAIT)
     assert b.plane.running_requests(ALICE) == 0 and a.plane.running_requests(ALICE) == 1
 
     gate.set()
@@ -215,6 +222,10 @@ def test_request_outcomes_are_claimed_once_kept_until_they_expire_and_pruned(dat
             }
         )
         assert set(store.request_outcomes(ALICE, ["r1", "r2"])) == {"r1"}
+        # one a resume gave up as lost is not claimed afterwards
+        assert store.claim_request(ALICE, "gone", "instance-b", later, "lost") is None
+        given_up = store.claim_request(ALICE, "gone", "instance-a", later)
+        assert given_up is not None and given_up.status == "lost"
         # an expired row is gone for resume, may be claimed anew, and is pruned
         store.finish_request(ALICE, "old", "instance-a", {"status": "completed"}, now_ms() - 1)
         assert store.request_outcomes(ALICE, ["old"]) == {}
@@ -224,7 +235,7 @@ def test_request_outcomes_are_claimed_once_kept_until_they_expire_and_pruned(dat
         # an instance that stops forgets what it was running, nothing else
         assert store.drop_running_requests("instance-b") == 1  # bob's r1
         assert store.drop_running_requests("instance-a") == 1  # alice's "old"
-        assert set(store.request_outcomes(ALICE, ["r1", "old"])) == {"r1"}
+        assert set(store.request_outcomes(ALICE, ["r1", "old", "gone"])) == {"r1", "gone"}
     finally:
         store.close()
 

@@ -32,10 +32,10 @@ Tables (times are epoch milliseconds unless said otherwise):
 * ``user_mcp_servers`` — each user's remote MCP servers: ``(user_id, name)`` → ``spec`` (JSON
   ``{command, args?, env?}``). Both are read by :mod:`clawlet.controlplane.userdata`.
 * ``request_outcomes`` — the execution planes' requests (``memory_search``, ``mcp_call``, …) by
-  ``(user_id, request_id)``: ``status`` ``running`` (on ``instance_id``, a lease that instance renews
-  while it runs) or ``completed`` (``outcome``: the ``resume_response`` result), until ``expires_at``;
-  so a ``resume`` on any instance finds it, and no instance runs a request another has (see
-  :mod:`clawlet.controlplane.server`).
+  ``(user_id, request_id)``: ``status`` ``running`` (on ``instance_id``), ``completed`` (``outcome``:
+  the ``resume_response`` result) or ``lost`` (a ``resume`` said so before anyone ran it), until
+  ``expires_at``; so a ``resume`` on any instance finds it, and no instance runs a request another
+  has (see :mod:`clawlet.controlplane.server`).
 * ``tickets`` — connect tickets by SHA-256 digest (:class:`SqlTicketBackend`, times in epoch
   seconds as :mod:`clawlet.controlplane.auth` uses them); the claim is one conditional ``UPDATE``.
 
@@ -381,7 +381,8 @@ class SkillPackageRecord:
 class RequestOutcome:
     """A row of ``request_outcomes``."""
 
-    status: Literal["running", "completed"]
+    status: Literal["running", "completed", "lost"]
+    """``lost``: a ``resume`` answered so before any instance ran it (it never will)."""
     instance_id: str
     """The instance that runs (or ran) the request."""
     outcome: dict[str, Any] | None
@@ -881,18 +882,25 @@ class ControlPlaneStore:
     # outcomes of the execution planes' requests
 
     def claim_request(
-        self, user_id: str, request_id: str, instance_id: str, lease_until: int
+        self,
+        user_id: str,
+        request_id: str,
+        instance_id: str,
+        expires_at: int,
+        status: Literal["running", "lost"] = "running",
     ) -> RequestOutcome | None:
         """Record that ``instance_id`` runs the request (``None``), unless a row of it that has not
-        expired is there: then that row (the request runs elsewhere, or finished)."""
+        expired is there: then that row (the request runs elsewhere, finished, or was answered
+        ``lost``). ``status="lost"`` records instead that a ``resume`` answered ``lost`` for it, so
+        that no instance runs it after all."""
         now = now_ms()
         values = {
             "user_id": user_id,
             "request_id": request_id,
-            "status": "running",
+            "status": status,
             "instance_id": instance_id,
             "outcome": None,
-            "expires_at": lease_until,
+            "expires_at": expires_at,
         }
         keys = ["user_id", "request_id"]
         with self.engine.begin() as db:
@@ -930,7 +938,14 @@ class ControlPlaneStore:
                 )
                 for row in db.execute(query):
                     outcome = row.outcome if isinstance(row.outcome, dict) else None
-                    found[row.request_id] = RequestOutcome(row.status, row.instance_id, outcome)
+                    status: Literal["running", "completed", "lost"] = (
+                        "running"
+                        if row.status == "running"
+                        else "completed"
+                        if row.status == "completed"
+                        else "lost"
+                    )
+                    found[row.request_id] = RequestOutcome(status, row.instance_id, outcome)
         return found
 
     def renew_running_requests(self, instance_id: str, lease_until: int) -> int:

@@ -28,8 +28,9 @@ claimed, or finished, is not run again: the finished one's outcome is sent), and
 there for ``result_ttl`` seconds. So ``resume`` after a reconnect, to this instance or any other,
 answers ``completed`` (with ``data`` or ``error``), ``pending`` (still running, here or on another
 instance: the ``response`` follows on the new connection) or ``lost`` (never seen, or its outcome
-expired). A request is carried out once, and its answer reaches the execution plane by the
-``response`` or by a later ``resume``. A request claimed by an instance that died before finishing
+expired; recorded too, so that a frame of it arriving late at some instance is not run). A request
+is carried out at most once, and its answer reaches the execution plane by the ``response`` or by a
+later ``resume``. A request claimed by an instance that died before finishing
 it stays ``pending`` until its record expires (``result_ttl`` after it started): the execution plane
 fails it at its own request timeout. On the instance that runs it, a request leaves the running set
 only once its outcome is stored, with no await between, so a ``resume`` there sees one of them.
@@ -1270,15 +1271,18 @@ class ControlPlane:
         running = self._running.get(user_id, {})
         try:
             claimed = await self._claim_request(context)
-            if claimed is not None:  # elsewhere, or finished: never run twice
+            if claimed is not None:  # elsewhere, finished or given up: never run twice
                 running.pop(request_id, None)
-                if claimed["status"] != "pending":
+                if claimed["status"] == "completed":
                     await self._deliver(user_id, self._response_for(request_id, claimed))
                 else:
                     log.info(
-                        "request %s of user %s runs on another instance; ignoring the repeat",
+                        "request %s of user %s %s; not running it",
                         request_id,
                         user_id,
+                        "runs on another instance"
+                        if claimed["status"] == "pending"
+                        else "was answered lost to a resume",
                     )
                 return
             outcome = await self._outcome_of(context)
@@ -1292,7 +1296,8 @@ class ControlPlane:
 
     async def _claim_request(self, context: RequestContext) -> ResumeResult | None:
         """``None``: this instance runs the request now. Otherwise what a ``resume`` would answer
-        for it (``pending``: another instance runs it), or an error when the database cannot say."""
+        for it (``pending``: another instance runs it; ``lost``: a resume gave it up), or an error
+        when the database cannot say."""
         lease = now_ms() + int(self.config.result_ttl * 1000)
         try:
             row = await asyncio.to_thread(
@@ -1388,6 +1393,8 @@ class ControlPlane:
             results.update((rid, still_pending()) for rid in elsewhere)
         for rid in elsewhere:
             row = rows.get(rid)
+            if row is None and rid not in results:
+                row = await self._give_up(link.user_id, rid)
             results.setdefault(rid, lost() if row is None else _resume_result(row))
         counts = {
             status: sum(1 for r in results.values() if r["status"] == status)
@@ -1395,6 +1402,19 @@ class ControlPlane:
         }
         log.info("resume from %s: %s", link.vm_id, ", ".join(f"{n} {status}" for status, n in counts.items()))
         await self._send(link, resume_response_frame({rid: results[rid] for rid in ids}))
+
+    async def _give_up(self, user_id: str, request_id: str) -> RequestOutcome | None:
+        """Record that ``resume`` answers ``lost`` for a request no instance has claimed, so that
+        none runs it if its frame still reaches one (``None``); the row of an instance that claimed
+        it meanwhile otherwise."""
+        expires = now_ms() + int(self.config.result_ttl * 1000)
+        try:
+            return await asyncio.to_thread(
+                self.store.claim_request, user_id, request_id, self.broker.instance_id, expires, "lost"
+            )
+        except Exception as exc:  # answered lost all the same: it may or may not run (as the protocol allows)
+            log.warning("could not record that request %s of user %s is lost: %s", request_id, user_id, exc)
+            return None
 
     # -- built-in request handlers -------------------------------------------------------------
 
