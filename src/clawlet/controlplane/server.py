@@ -1298,10 +1298,14 @@ class ControlPlane:
         """``None``: this instance runs the request now. Otherwise what a ``resume`` would answer
         for it (``pending``: another instance runs it; ``lost``: a resume gave it up), or an error
         when the database cannot say."""
-        lease = now_ms() + int(self.config.result_ttl * 1000)
+        expires = now_ms() + int(self.config.result_ttl * 1000)
         try:
             row = await asyncio.to_thread(
-                self.store.claim_request, context.user_id, context.request_id, self.broker.instance_id, lease
+                self.store.claim_request,
+                context.user_id,
+                context.request_id,
+                self.broker.instance_id,
+                expires,
             )
         except Exception as exc:
             log.error("could not record request %s of user %s: %s", context.request_id, context.user_id, exc)
@@ -1324,8 +1328,9 @@ class ControlPlane:
             return completed_with_error(ERR_INTERNAL, f"{context.method} failed: {type(exc).__name__}")
 
     async def _keep_result(self, context: RequestContext, outcome: ResumeResult) -> None:
-        """Store the outcome for ``resume`` on any instance (one the database refuses is still sent,
-        but a later ``resume`` answers ``lost``)."""
+        """Store the outcome for ``resume`` on any instance. One the database refuses is still sent;
+        a ``resume`` elsewhere then finds the request claimed and answers ``pending`` until the claim
+        expires (the execution plane's own timeout fails it)."""
         expires = now_ms() + int(self.config.result_ttl * 1000)
         try:
             await asyncio.to_thread(
@@ -1405,8 +1410,8 @@ class ControlPlane:
 
     async def _give_up(self, user_id: str, request_id: str) -> RequestOutcome | None:
         """Record that ``resume`` answers ``lost`` for a request no instance has claimed, so that
-        none runs it if its frame still reaches one (``None``); the row of an instance that claimed
-        it meanwhile otherwise."""
+        none runs it if its frame still reaches one; returns ``None`` when recorded, else the row of
+        the instance that claimed it meanwhile."""
         expires = now_ms() + int(self.config.result_ttl * 1000)
         try:
             return await asyncio.to_thread(
