@@ -59,7 +59,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from clawlet import sql
 from clawlet.controlplane.auth import Claim, TicketRecord
-from clawlet.sql import create_db_engine
+from clawlet.sql import create_db_engine, writer_lock
 
 VERSION_TABLE: Final = "controlplane_schema_version"
 _IN_CHUNK: Final = 500
@@ -903,7 +903,7 @@ class ControlPlaneStore:
             "expires_at": expires_at,
         }
         keys = ["user_id", "request_id"]
-        with self.engine.begin() as db:
+        with writer_lock(self.engine), self.engine.begin() as db:
             if upsert_where(
                 db, request_outcomes, values, keys, lambda _new: request_outcomes.c.expires_at <= now
             ):
@@ -922,7 +922,7 @@ class ControlPlaneStore:
             "outcome": _jsonable(dict(outcome)),
             "expires_at": expires_at,
         }
-        with self.engine.begin() as db:
+        with writer_lock(self.engine), self.engine.begin() as db:
             upsert_where(db, request_outcomes, values, ["user_id", "request_id"], lambda _new: sa.true())
 
     def request_outcomes(self, user_id: str, request_ids: Sequence[str]) -> dict[str, RequestOutcome]:
@@ -948,22 +948,9 @@ class ControlPlaneStore:
                     found[row.request_id] = RequestOutcome(status, row.instance_id, outcome)
         return found
 
-    def renew_running_requests(self, instance_id: str, lease_until: int) -> int:
-        """Extend the lease of every request ``instance_id`` is running."""
-        with self.engine.begin() as db:
-            return int(
-                db.execute(
-                    sa.update(request_outcomes)
-                    .where(
-                        request_outcomes.c.instance_id == instance_id, request_outcomes.c.status == "running"
-                    )
-                    .values(expires_at=lease_until)
-                ).rowcount
-            )
-
     def drop_running_requests(self, instance_id: str) -> int:
         """Forget the requests ``instance_id`` was running (it stopped them: a ``resume`` says ``lost``)."""
-        with self.engine.begin() as db:
+        with writer_lock(self.engine), self.engine.begin() as db:
             return int(
                 db.execute(
                     sa.delete(request_outcomes).where(
@@ -974,7 +961,7 @@ class ControlPlaneStore:
 
     def prune_request_outcomes(self) -> int:
         """Delete the expired rows of ``request_outcomes``; how many."""
-        with self.engine.begin() as db:
+        with writer_lock(self.engine), self.engine.begin() as db:
             return int(
                 db.execute(
                     sa.delete(request_outcomes).where(request_outcomes.c.expires_at <= now_ms())
