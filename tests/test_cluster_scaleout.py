@@ -118,15 +118,15 @@ class Scaled:
                 env={**self.env, **(env or {})},
             )
 
-    def clawlet(self, *args: str) -> str:
-        """Run ``clawlet control-plane <args>`` (with instance A's data directory) to completion."""
+    def clawlet(self, *args: str, instance: str = "a") -> str:
+        """Run ``clawlet control-plane <args>`` (with that instance's data directory) to completion."""
         command = [
             sys.executable,
             "-m",
             "clawlet",
             "control-plane",
             "--data-dir",
-            str(self.root / "a"),
+            str(self.root / instance),
             *args,
         ]
         run = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=120, check=False)
@@ -325,6 +325,15 @@ def test_a_chat_through_the_other_instance_survives_a_kill_9_of_the_one_holding_
         wait_for(lambda: usage() == expected, f"the turn's usage {expected} to arrive (have {usage()})")
     finally:
         store.close()
+
+    # long-term memory added with the dead instance's data directory is found by the survivor
+    # (it lives in the database: the survivor's memory_search sees it)
+    scaled.clawlet("add-memory", "alice", "Alice 最喜欢乌龙茶 (oolong tea)", instance=a)
+    recall = ChatStream(f"{scaled.lb_url}/api/chat", scaled.tokens["alice"], "recall: 乌龙茶", "s2")
+    recall.run()
+    assert recall.status == 200 and recall.error is None, recall.error
+    recalled = next(data for name, data in recall.events if name == "tool_end")
+    assert "乌龙茶" in str(recalled["output"]), recall.events
 
     # bob, whose execution plane was on either instance, chats through the balancer as before
     bob = ChatStream(f"{scaled.lb_url}/api/chat", scaled.tokens["bob"], "你好 from bob", "s1")

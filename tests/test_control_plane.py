@@ -46,6 +46,7 @@ from clawlet.cluster.protocol import (
     sse_event_frame,
 )
 from clawlet.controlplane.auth import TicketRejected, TicketStore, issue_vm_token
+from clawlet.controlplane.broker import Broker
 from clawlet.controlplane.db import (
     VERSION_TABLE,
     ControlPlaneStore,
@@ -131,7 +132,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class Harness:
     """The control plane app on a real uvicorn server in this event loop, plus client factories."""
 
-    def __init__(self, tmp_path: Path, database_url: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, tmp_path: Path, database_url: str | None = None, *, broker: Broker | None = None, **options: Any
+    ) -> None:
         self.tmp_path = tmp_path
         self.port = free_port()
         self.clock = Clock()
@@ -143,7 +146,7 @@ class Harness:
             clock=self.clock,
             **options,
         )
-        self.plane = ControlPlane(self.config)
+        self.plane = ControlPlane(self.config, broker=broker)
         self.app = create_control_plane_app(plane=self.plane)
         # log_config=None: uvicorn's records reach caplog (and the ticket filter is what masks them)
         self.server = uvicorn.Server(
@@ -825,7 +828,7 @@ def store(database_url: str) -> Iterator[ControlPlaneStore]:
 def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: str) -> None:
     store = ControlPlaneStore.open(database_url)
     try:
-        assert current_revision(store.engine) == "0004"
+        assert current_revision(store.engine) == "0005"
         migrate_inbox(store.engine)
         ControlPlaneStore.open(database_url).close()  # migrating again is a no-op
         tables = set(sa.inspect(store.engine).get_table_names())
@@ -840,6 +843,9 @@ def test_schema_is_migrated_and_shares_a_database_with_the_inbox(database_url: s
             "session_events",
             "session_event_counters",
             "session_transcripts",
+            "user_memories",
+            "user_mcp_servers",
+            "request_outcomes",
             "tasks",
             "messages",
         } <= tables

@@ -9,6 +9,9 @@ schemas can share one database; revisions are applied on start and never edited 
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import weakref
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,21 @@ def create_db_engine(url: str) -> Engine:
     if backend == "postgres":  # the ``postgres://`` of hosted DATABASE_URLs; SQLAlchemy wants postgresql
         parsed = parsed.set(drivername=f"postgresql{plus}{driver}")
     return sa.create_engine(parsed, pool_pre_ping=True)
+
+
+_WRITER_LOCKS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def writer_lock(engine: Engine) -> contextlib.AbstractContextManager[Any]:
+    """What a busy writer of ``engine`` holds around its transaction. SQLite: one lock per engine,
+    so this process's writers take turns here rather than in SQLite's busy handler (which lets one
+    of many concurrent writers starve past its timeout on a loaded machine, and sleeps between
+    tries); other databases lock rows, not the database: no lock."""
+    if engine.dialect.name != "sqlite":
+        return contextlib.nullcontext()
+    with _WRITER_LOCKS_GUARD:
+        return _WRITER_LOCKS.setdefault(engine, threading.Lock())
 
 
 def migrate(engine: Engine, package: str, folder: str, version_table: str, revision: str = "head") -> None:

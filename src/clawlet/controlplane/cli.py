@@ -23,8 +23,9 @@
 
 Everything lives in the data directory (``--data-dir``, default ``<clawlet home>/control-plane``):
 the database (``controlplane.db``, or ``CLAWLET_CP_DATABASE_URL``), the VM-token signing secret
-(``jwt_secret``, made on first use with mode 0600, or ``CLAWLET_CP_JWT_SECRET``), each user's data
-(``users/<id>/``) and ``server.json``, where ``serve`` records the URL execution planes reach it at
+(``jwt_secret``, made on first use with mode 0600, or ``CLAWLET_CP_JWT_SECRET``), this instance's
+caches (``cache/<id>/``: the index of each user's long-term memory, which lives in the database with
+their MCP servers) and ``server.json``, where ``serve`` records the URL execution planes reach it at
 (so ``vm-credentials`` hands out the right ``CONTROL_PLANE_WS``). ``serve`` keeps the secret, the
 database URL and the Redis URL (``CLAWLET_REDIS_URL``: the broker of several instances, see
 :mod:`clawlet.controlplane.broker`) in memory only, out of its environment (see :mod:`clawlet.secret_env`).

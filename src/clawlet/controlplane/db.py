@@ -27,6 +27,15 @@ Tables (times are epoch milliseconds unless said otherwise):
   (NULLs are distinct in a plain unique key).
 * ``session_events``, ``session_event_counters``, ``session_transcripts`` — the durable event log
   of sessions and their latest transcripts (defined and used by :mod:`clawlet.controlplane.event_log`).
+* ``user_memories`` — each user's long-term memory, one row per entry: ``(user_id, digest)`` (the
+  entry's SHA-256, so adding the same text twice stores it once) → ``text``, ``created_at``.
+* ``user_mcp_servers`` — each user's remote MCP servers: ``(user_id, name)`` → ``spec`` (JSON
+  ``{command, args?, env?}``). Both are read by :mod:`clawlet.controlplane.userdata`.
+* ``request_outcomes`` — the execution planes' requests (``memory_search``, ``mcp_call``, …) by
+  ``(user_id, request_id)``: ``status`` ``running`` (on ``instance_id``), ``completed`` (``outcome``:
+  the ``resume_response`` result) or ``lost`` (a ``resume`` said so before anyone ran it), until
+  ``expires_at``; so a ``resume`` on any instance finds it, and no instance runs a request another
+  has (see :mod:`clawlet.controlplane.server`).
 * ``tickets`` — connect tickets by SHA-256 digest (:class:`SqlTicketBackend`, times in epoch
   seconds as :mod:`clawlet.controlplane.auth` uses them); the claim is one conditional ``UPDATE``.
 
@@ -50,9 +59,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from clawlet import sql
 from clawlet.controlplane.auth import Claim, TicketRecord
-from clawlet.sql import create_db_engine
+from clawlet.sql import create_db_engine, writer_lock
 
 VERSION_TABLE: Final = "controlplane_schema_version"
+_IN_CHUNK: Final = 500
+"""Values per ``IN (…)`` list (SQLite limits the parameters of a statement)."""
 DB_FILE: Final = "controlplane.db"
 
 metadata = sa.MetaData()
@@ -163,6 +174,34 @@ skill_packages = sa.Table(
     sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=True),
     sa.Column("files", sa.JSON, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+user_memories = sa.Table(
+    "user_memories",
+    metadata,
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("digest", sa.Text, primary_key=True),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+user_mcp_servers = sa.Table(
+    "user_mcp_servers",
+    metadata,
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+)
+
+request_outcomes = sa.Table(
+    "request_outcomes",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("request_id", sa.Text, primary_key=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("instance_id", sa.Text, nullable=False),
+    sa.Column("outcome", sa.JSON, nullable=True),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
 )
 
 tickets = sa.Table(
@@ -336,6 +375,18 @@ class SkillPackageRecord:
     """``None``: a global package."""
     files: list[dict[str, Any]]
     created_at: int
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """A row of ``request_outcomes``."""
+
+    status: Literal["running", "completed", "lost"]
+    """``lost``: a ``resume`` answered so before any instance ran it (it never will)."""
+    instance_id: str
+    """The instance that runs (or ran) the request."""
+    outcome: dict[str, Any] | None
+    """A completed request's ``resume_response`` result."""
 
 
 SessionStatus = Literal["running", "stopped"]
@@ -777,6 +828,145 @@ class ControlPlaneStore:
                 .order_by(skill_packages.c.created_at, skill_packages.c.id)
             )
             return list(dict.fromkeys(row.version for row in rows))
+
+    # long-term memory and remote MCP servers
+
+    def add_memory(self, user_id: str, digest: str, text: str) -> bool:
+        """Store one memory entry (``digest``: its SHA-256); ``False`` if the user has it already."""
+        values = {"user_id": user_id, "digest": digest, "text": text, "created_at": now_ms()}
+        with self.engine.begin() as db:
+            return insert_ignoring_duplicates(db, user_memories, values, ["user_id", "digest"])
+
+    def memory_digests(self, user_id: str) -> list[str]:
+        """The digests of the user's memory entries, oldest first."""
+        query = (
+            sa.select(user_memories.c.digest)
+            .where(user_memories.c.user_id == user_id)
+            .order_by(user_memories.c.created_at, user_memories.c.digest)
+        )
+        with self.engine.connect() as db:
+            return [row.digest for row in db.execute(query)]
+
+    def memory_texts(self, user_id: str, digests: Sequence[str]) -> dict[str, str]:
+        """``{digest: text}`` of those of the user's entries (unknown digests are left out)."""
+        texts: dict[str, str] = {}
+        with self.engine.connect() as db:
+            for start in range(0, len(digests), _IN_CHUNK):
+                query = sa.select(user_memories.c.digest, user_memories.c.text).where(
+                    user_memories.c.user_id == user_id,
+                    user_memories.c.digest.in_(digests[start : start + _IN_CHUNK]),
+                )
+                texts.update((row.digest, row.text) for row in db.execute(query))
+        return texts
+
+    def set_mcp_servers(self, user_id: str, servers: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the user's remote MCP servers (one transaction)."""
+        with self.engine.begin() as db:
+            db.execute(sa.delete(user_mcp_servers).where(user_mcp_servers.c.user_id == user_id))
+            if servers:
+                db.execute(
+                    user_mcp_servers.insert(),
+                    [
+                        {"user_id": user_id, "name": str(name), "spec": _jsonable(dict(spec))}
+                        for name, spec in servers.items()
+                    ],
+                )
+
+    def mcp_servers(self, user_id: str) -> dict[str, dict[str, Any]]:
+        """``{name: spec}`` of the user's remote MCP servers."""
+        query = sa.select(user_mcp_servers).where(user_mcp_servers.c.user_id == user_id)
+        with self.engine.connect() as db:
+            rows = db.execute(query.order_by(user_mcp_servers.c.name))
+            return {row.name: dict(row.spec) for row in rows if isinstance(row.spec, dict)}
+
+    # outcomes of the execution planes' requests
+
+    def claim_request(
+        self,
+        user_id: str,
+        request_id: str,
+        instance_id: str,
+        expires_at: int,
+        status: Literal["running", "lost"] = "running",
+    ) -> RequestOutcome | None:
+        """Record that ``instance_id`` runs the request (``None``), unless a row of it that has not
+        expired is there: then that row (the request runs elsewhere, finished, or was answered
+        ``lost``). ``status="lost"`` records instead that a ``resume`` answered ``lost`` for it, so
+        that no instance runs it after all."""
+        now = now_ms()
+        values = {
+            "user_id": user_id,
+            "request_id": request_id,
+            "status": status,
+            "instance_id": instance_id,
+            "outcome": None,
+            "expires_at": expires_at,
+        }
+        keys = ["user_id", "request_id"]
+        with writer_lock(self.engine), self.engine.begin() as db:
+            if upsert_where(
+                db, request_outcomes, values, keys, lambda _new: request_outcomes.c.expires_at <= now
+            ):
+                return None
+        return self.request_outcomes(user_id, [request_id]).get(request_id)
+
+    def finish_request(
+        self, user_id: str, request_id: str, instance_id: str, outcome: Mapping[str, Any], expires_at: int
+    ) -> None:
+        """Store the request's outcome (kept until ``expires_at``)."""
+        values = {
+            "user_id": user_id,
+            "request_id": request_id,
+            "status": "completed",
+            "instance_id": instance_id,
+            "outcome": _jsonable(dict(outcome)),
+            "expires_at": expires_at,
+        }
+        with writer_lock(self.engine), self.engine.begin() as db:
+            upsert_where(db, request_outcomes, values, ["user_id", "request_id"], lambda _new: sa.true())
+
+    def request_outcomes(self, user_id: str, request_ids: Sequence[str]) -> dict[str, RequestOutcome]:
+        """The rows of those of the user's requests that have not expired."""
+        now = now_ms()
+        found: dict[str, RequestOutcome] = {}
+        with self.engine.connect() as db:
+            for start in range(0, len(request_ids), _IN_CHUNK):
+                query = sa.select(request_outcomes).where(
+                    request_outcomes.c.user_id == user_id,
+                    request_outcomes.c.request_id.in_(request_ids[start : start + _IN_CHUNK]),
+                    request_outcomes.c.expires_at > now,
+                )
+                for row in db.execute(query):
+                    outcome = row.outcome if isinstance(row.outcome, dict) else None
+                    status: Literal["running", "completed", "lost"] = (
+                        "running"
+                        if row.status == "running"
+                        else "completed"
+                        if row.status == "completed"
+                        else "lost"
+                    )
+                    found[row.request_id] = RequestOutcome(status, row.instance_id, outcome)
+        return found
+
+    def drop_running_requests(self, instance_id: str) -> int:
+        """Forget the requests ``instance_id`` was running (it stopped them: a ``resume`` says ``lost``)."""
+        with writer_lock(self.engine), self.engine.begin() as db:
+            return int(
+                db.execute(
+                    sa.delete(request_outcomes).where(
+                        request_outcomes.c.instance_id == instance_id, request_outcomes.c.status == "running"
+                    )
+                ).rowcount
+            )
+
+    def prune_request_outcomes(self) -> int:
+        """Delete the expired rows of ``request_outcomes``; how many."""
+        with writer_lock(self.engine), self.engine.begin() as db:
+            return int(
+                db.execute(
+                    sa.delete(request_outcomes).where(request_outcomes.c.expires_at <= now_ms())
+                ).rowcount
+            )
 
 
 # -- tickets -------------------------------------------------------------------------------------

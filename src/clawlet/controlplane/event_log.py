@@ -22,9 +22,7 @@ and is dropped (the rule the control plane always had, now across restarts and i
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
@@ -33,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawlet.controlplane.db import insert_ignoring_duplicates, metadata, now_ms, parse_ts, upsert_where
+from clawlet.sql import writer_lock
 
 READ_PAGE: Final = 500
 """Events :meth:`EventLog.read` returns at most by default."""
@@ -118,11 +117,9 @@ class EventLog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._append_lock: contextlib.AbstractContextManager[Any] = (
-            threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
-        )
-        """SQLite: this process's appends take turns here rather than in SQLite's busy handler,
-        which let one of many concurrent writers starve past its timeout on a loaded machine."""
+        self._append_lock = writer_lock(engine)
+        """SQLite: this process's appends and other busy writers take turns here
+        (:func:`clawlet.sql.writer_lock`)."""
 
     # events
 

@@ -18,6 +18,8 @@ default, Redis with ``CLAWLET_REDIS_URL``). One path for every case, the single 
   reconnects to it resumes the requests it was carrying itself. A user nobody holds for
   ``grace`` seconds ends the exchange with :class:`ExecPlaneOffline`.
 * A consumer that stops early (the client went away) makes the holder send ``http_cancel``.
+* :meth:`TunnelRouter.deliver` hands any other frame for a user's execution plane to the instance
+  holding its socket (the ``response`` to a request that finished on another instance).
 
 Pub/sub is at most once; the resume covers what a broker or instance failure drops.
 """
@@ -130,12 +132,21 @@ class TunnelRouter:
     async def disconnected(self, user_id: str) -> None:
         await self.broker.release(user_id)
 
+    async def deliver(self, instance_id: str, user_id: str, frame: Mapping[str, Any]) -> None:
+        """Have ``instance_id`` send ``frame`` over its socket of ``user_id`` (at most once)."""
+        message = {"op": "deliver", "user_id": user_id, "frame": dict(frame)}
+        await self.broker.publish(instance_channel(instance_id), message)
+
     async def _on_instance_message(self, message: Mapping[str, Any]) -> None:
         op, user_id, reply = message.get("op"), message.get("user_id"), message.get("reply")
-        if not isinstance(user_id, str) or not isinstance(reply, str):
-            return
         frame = message.get("frame")
-        if not isinstance(frame, Mapping):
+        if not isinstance(user_id, str) or not isinstance(frame, Mapping):
+            return
+        if op == "deliver":
+            if not await self.send_to_user(user_id, frame):
+                log.info("no socket of user %s here for a %s frame", user_id, frame.get("type"))
+            return
+        if not isinstance(reply, str):
             return
         request_id = str(frame.get("id", ""))
         self._forget_stale()

@@ -21,10 +21,19 @@ is closed with :data:`CLOSE_REPLACED`). Heartbeats update the VM's ``last_seen``
 
 **Requests** (``get_skill_package``, ``memory_search``, ``mcp_call``, plus any registered with
 :meth:`ControlPlane.register_method`) run as tasks that outlive the connection they came on: the
-``response`` goes to the user's *current* connection when the request finishes. Every outcome is
-kept for ``result_ttl`` seconds (at most ``max_kept_results`` per user), so ``resume`` after a
-reconnect answers ``completed`` (with ``data`` or ``error``), ``pending`` (still running: the
-``response`` follows on the new connection) or ``lost``. A request is carried out once.
+``response`` goes to the user's *current* connection when the request finishes, on whichever
+instance holds it then (through the broker). Requests are recorded in the database
+(``request_outcomes``): the instance that runs one claims it first (a request another instance has
+claimed, or finished, is not run again: the finished one's outcome is sent), and every outcome is kept
+there for ``result_ttl`` seconds. So ``resume`` after a reconnect, to this instance or any other,
+answers ``completed`` (with ``data`` or ``error``), ``pending`` (still running, here or on another
+instance: the ``response`` follows on the new connection) or ``lost`` (never seen, or its outcome
+expired; recorded too, so that a frame of it arriving late at some instance is not run). A request
+is carried out at most once, and its answer reaches the execution plane by the ``response`` or by a
+later ``resume``. A request claimed by an instance that died before finishing
+it stays ``pending`` until its record expires (``result_ttl`` after it started): the execution plane
+fails it at its own request timeout. On the instance that runs it, a request leaves the running set
+only once its outcome is stored, with no await between, so a ``resume`` there sees one of them.
 
 **Fire-and-forget** records are stored de-duplicated by ``(user_id, id)`` (the client delivers at
 least once); ``snapshot_sync`` upserts, and so does ``transcript_sync`` (the latest transcript of
@@ -61,11 +70,11 @@ import re
 import secrets
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
@@ -135,12 +144,14 @@ from clawlet.controlplane.auth import (
 from clawlet.controlplane.broker import Broker, BrokerUnavailable, broker_from_url
 from clawlet.controlplane.db import (
     ControlPlaneStore,
+    RequestOutcome,
     SessionRecord,
     SkillPackageRecord,
     SqlTicketBackend,
     UnknownUser,
     UserRecord,
     default_database_url,
+    now_ms,
 )
 from clawlet.controlplane.event_feed import CATCH_UP_SECONDS, EventNotices, session_channel
 from clawlet.controlplane.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
@@ -154,6 +165,7 @@ from clawlet.controlplane.userdata import (
     McpCallError,
     UserMcpServers,
     check_user_id,
+    import_legacy_files,
 )
 from clawlet.execplane.skill_cache import (
     LATEST,
@@ -176,6 +188,9 @@ CLOSE_INTERNAL_ERROR: Final = 1011
 DEFAULT_VM_TOKEN_TTL: Final = 30 * 24 * 3600.0
 """A VM token must outlive the VM: the execution plane reconnects with it, never with a new one."""
 MAX_LOGGED_ID: Final = 64
+CACHE_DIR: Final = "cache"
+"""``<data_dir>/cache/<user_id>/``: what this instance derives from the database for a user (the
+index of their memory) and their MCP servers' working directory (:mod:`clawlet.controlplane.userdata`)."""
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -199,15 +214,13 @@ class ControlPlaneConfig:
     ticket_ttl: float = TICKET_TTL_SECONDS
     auth_timeout: float = AUTH_TIMEOUT
     result_ttl: float = 2 * REQUEST_TIMEOUT
-    """How long a request's outcome is kept for ``resume``."""
-    max_kept_results: int = 1000
-    """Outcomes kept per user (the oldest go first)."""
+    """How long a request's outcome (and the record that an instance runs it) is kept for ``resume``."""
     event_log_max_events: int = 10_000
     """Events the event log keeps per session (the oldest go first)."""
     event_log_max_age: float = 30 * 24 * 3600.0
     """Seconds after a session's last event that its events are dropped from the log."""
     event_log_prune_interval: float = 600.0
-    """Seconds between two prunings of the event log."""
+    """Seconds between two prunings of the event log (and of expired request outcomes)."""
     subscriber_buffer: int = 10_000
     """Live events a subscriber may fall behind by; beyond, it reads them from the event log."""
     event_catch_up: float = CATCH_UP_SECONDS
@@ -641,16 +654,19 @@ class ControlPlane:
         self.tickets = TicketStore(
             SqlTicketBackend(self.store.engine), ttl=config.ticket_ttl, clock=config.clock
         )
-        users_root = self.data_dir / "users"
-        self.memory = LongTermMemory(users_root, config.embedder)
-        self.mcp = UserMcpServers(users_root, config.mcp_timeout)
+        cache_root = self.data_dir / CACHE_DIR
+        self.memory = LongTermMemory(self.store, cache_root, config.embedder)
+        self.mcp = UserMcpServers(self.store, cache_root, config.mcp_timeout)
+        try:
+            import_legacy_files(self.store, self.data_dir)
+        except Exception:  # the files stay where they are; the next start tries again
+            log.exception("could not import the long-term memory and MCP files of %s", self.data_dir)
         self.duplicate_records = 0
         """Fire-and-forget records received again (already stored) since start."""
         self.duplicate_events = 0
         """SSE events dropped as replays (``seq`` not above the last seen) since start."""
         self._links: dict[str, _VmLink] = {}
         self._running: dict[str, dict[str, asyncio.Task[None]]] = {}
-        self._results: dict[str, OrderedDict[str, tuple[float, ResumeResult]]] = {}
         self._sessions: dict[str, _SessionState] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._methods: dict[str, RequestHandler] = {
@@ -694,6 +710,10 @@ class ControlPlane:
                 await asyncio.to_thread(self.prune_event_log)
             except Exception:
                 log.exception("pruning the event log failed")
+            try:
+                await asyncio.to_thread(self.store.prune_request_outcomes)
+            except Exception:
+                log.exception("pruning the expired request outcomes failed")
             await asyncio.sleep(self.config.event_log_prune_interval)
 
     async def aclose(self) -> None:
@@ -707,6 +727,10 @@ class ControlPlane:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        try:  # the requests stopped here: a resume answers lost rather than pending
+            await asyncio.to_thread(self.store.drop_running_requests, self.broker.instance_id)
+        except Exception:
+            log.exception("could not forget the requests this instance was running")
         for state in self._sessions.values():
             state.end_subscriptions()
         await self.notices.aclose()
@@ -863,7 +887,7 @@ class ControlPlane:
         return entries
 
     def add_memory(self, user_id: str, text: str) -> None:
-        """Add one entry to the user's long-term memory."""
+        """Add one entry to the user's long-term memory (``ValueError`` for a blank one)."""
         if self.store.get_user(user_id) is None:
             raise UnknownUser(f"no user {user_id!r}")
         self.memory.add(user_id, text)
@@ -1357,10 +1381,6 @@ class ControlPlane:
         if request_id in running:
             log.info("request %s is running already; ignoring the repeat", request_id)
             return
-        kept = self._kept_result(user_id, request_id)
-        if kept is not None:
-            self._spawn(self._send_to_user(user_id, self._response_for(request_id, kept)))
-            return
         context = RequestContext(
             user_id, link.vm_id, frame["session_id"], request_id, frame["method"], frame["params"]
         )
@@ -1368,25 +1388,104 @@ class ControlPlane:
         running[request_id] = task
 
     async def _run_request(self, context: RequestContext) -> None:
-        outcome: ResumeResult
+        """Claim the request in the database, run it, store its outcome, then send the response.
+        A request another instance has claimed is left to it; one already finished is answered
+        with its stored outcome."""
+        user_id, request_id = context.user_id, context.request_id
+        running = self._running.get(user_id, {})
         try:
-            result = await self._call_method(context)
-            outcome = completed(result)
-            encode(outcome)  # a handler's result that JSON cannot carry is an internal error, now
+            claimed = await self._claim_request(context)
+            if claimed is not None:  # elsewhere, finished or given up: never run twice
+                running.pop(request_id, None)
+                if claimed["status"] == "completed":
+                    await self._deliver(user_id, self._response_for(request_id, claimed))
+                else:
+                    log.info(
+                        "request %s of user %s %s; not running it",
+                        request_id,
+                        user_id,
+                        "runs on another instance"
+                        if claimed["status"] == "pending"
+                        else "was answered lost to a resume",
+                    )
+                return
+            outcome = await self._outcome_of(context)
+            await self._keep_result(context, outcome)
         except asyncio.CancelledError:
-            self._running.get(context.user_id, {}).pop(context.request_id, None)
+            running.pop(request_id, None)
             raise
+        # no await between keeping the outcome and leaving the running set: a resume sees one of them
+        running.pop(request_id, None)
+        await self._deliver(user_id, self._response_for(request_id, outcome))
+
+    async def _claim_request(self, context: RequestContext) -> ResumeResult | None:
+        """``None``: this instance runs the request now. Otherwise what a ``resume`` would answer
+        for it (``pending``: another instance runs it; ``lost``: a resume gave it up), or an error
+        when the database cannot say."""
+        expires = now_ms() + int(self.config.result_ttl * 1000)
+        try:
+            row = await asyncio.to_thread(
+                self.store.claim_request,
+                context.user_id,
+                context.request_id,
+                self.broker.instance_id,
+                expires,
+            )
+        except Exception as exc:
+            log.error("could not record request %s of user %s: %s", context.request_id, context.user_id, exc)
+            return completed_with_error(ERR_INTERNAL, f"{context.method} failed: the database is unavailable")
+        return None if row is None else _resume_result(row)
+
+    async def _outcome_of(self, context: RequestContext) -> ResumeResult:
+        try:
+            outcome = completed(await self._call_method(context))
+            encode(outcome)  # a handler's result that JSON cannot carry is an internal error, now
+            return outcome
         except RequestFailed as exc:
-            outcome = completed_with_error(exc.code, exc.message)
+            return completed_with_error(exc.code, exc.message)
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             log.exception(
                 "%s request %s of user %s failed", context.method, context.request_id, context.user_id
             )
-            outcome = completed_with_error(ERR_INTERNAL, f"{context.method} failed: {type(exc).__name__}")
-        # no await between keeping the outcome and leaving the running set: a resume sees one of them
-        self._keep_result(context.user_id, context.request_id, outcome)
-        self._running.get(context.user_id, {}).pop(context.request_id, None)
-        await self._send_to_user(context.user_id, self._response_for(context.request_id, outcome))
+            return completed_with_error(ERR_INTERNAL, f"{context.method} failed: {type(exc).__name__}")
+
+    async def _keep_result(self, context: RequestContext, outcome: ResumeResult) -> None:
+        """Store the outcome for ``resume`` on any instance. One the database refuses is still sent;
+        a ``resume`` elsewhere then finds the request claimed and answers ``pending`` until the claim
+        expires (the execution plane's own timeout fails it)."""
+        expires = now_ms() + int(self.config.result_ttl * 1000)
+        try:
+            await asyncio.to_thread(
+                self.store.finish_request,
+                context.user_id,
+                context.request_id,
+                self.broker.instance_id,
+                outcome,
+                expires,
+            )
+        except Exception:
+            log.exception(
+                "could not store the outcome of request %s of user %s", context.request_id, context.user_id
+            )
+
+    async def _deliver(self, user_id: str, frame: Mapping[str, Any]) -> None:
+        """Send ``frame`` over the user's socket, on whichever instance holds it now. Looked up
+        after the outcome is stored: an instance that takes the socket over later finds the outcome
+        in the database when the execution plane resumes."""
+        try:
+            holder = await self.broker.holder(user_id)
+        except Exception as exc:
+            log.warning("could not look up who holds user %s's execution plane: %s", user_id, exc)
+            holder = None
+        if holder is None or holder == self.broker.instance_id:
+            await self._send_to_user(user_id, frame)
+            return
+        try:
+            await self.tunnel.deliver(holder, user_id, frame)
+        except Exception as exc:  # the execution plane's resume finds the outcome in the database
+            log.warning("could not pass a response for user %s to instance %s: %s", user_id, holder, exc)
 
     @staticmethod
     def _response_for(request_id: str, outcome: ResumeResult) -> dict[str, Any]:
@@ -1404,38 +1503,47 @@ class ControlPlane:
             raise RequestFailed(ERR_FORBIDDEN, f"session {context.session_id!r} belongs to another user")
         return await handler(context)
 
-    def _keep_result(self, user_id: str, request_id: str, outcome: ResumeResult) -> None:
-        kept = self._results.setdefault(user_id, OrderedDict())
-        now = time.monotonic()
-        kept[request_id] = (now + self.config.result_ttl, outcome)
-        kept.move_to_end(request_id)
-        while kept and (len(kept) > self.config.max_kept_results or next(iter(kept.values()))[0] < now):
-            kept.popitem(last=False)
-
-    def _kept_result(self, user_id: str, request_id: str) -> ResumeResult | None:
-        kept = self._results.get(user_id)
-        entry = None if kept is None else kept.get(request_id)
-        if entry is None or entry[0] < time.monotonic():
-            return None
-        return entry[1]
-
     async def _resume(self, link: _VmLink, frame: ResumeFrame) -> None:
-        results: dict[str, ResumeResult] = {}
+        ids = frame["pending_ids"]
         running = self._running.get(link.user_id, {})
-        for request_id in frame["pending_ids"]:
-            kept = self._kept_result(link.user_id, request_id)
-            if kept is not None:
-                results[request_id] = kept
-            elif request_id in running:
-                results[request_id] = still_pending()
-            else:
-                results[request_id] = lost()
+        # running here: its response follows. Else, the database says (a request that finished here
+        # was stored before it left the running set, so this snapshot comes first).
+        results: dict[str, ResumeResult] = {rid: still_pending() for rid in ids if rid in running}
+        elsewhere = [rid for rid in ids if rid not in results]
+        try:
+            rows = (
+                await asyncio.to_thread(self.store.request_outcomes, link.user_id, elsewhere)
+                if elsewhere
+                else {}
+            )
+        except Exception as exc:  # not knowing, say pending: an answer that comes is taken, none runs twice
+            log.error("could not read request outcomes for the resume of %s: %s", link.vm_id, exc)
+            rows = {}
+            results.update((rid, still_pending()) for rid in elsewhere)
+        for rid in elsewhere:
+            row = rows.get(rid)
+            if row is None and rid not in results:
+                row = await self._give_up(link.user_id, rid)
+            results.setdefault(rid, lost() if row is None else _resume_result(row))
         counts = {
             status: sum(1 for r in results.values() if r["status"] == status)
             for status in ("completed", "pending", "lost")
         }
         log.info("resume from %s: %s", link.vm_id, ", ".join(f"{n} {status}" for status, n in counts.items()))
-        await self._send(link, resume_response_frame(results))
+        await self._send(link, resume_response_frame({rid: results[rid] for rid in ids}))
+
+    async def _give_up(self, user_id: str, request_id: str) -> RequestOutcome | None:
+        """Record that ``resume`` answers ``lost`` for a request no instance has claimed, so that
+        none runs it if its frame still reaches one; returns ``None`` when recorded, else the row of
+        the instance that claimed it meanwhile."""
+        expires = now_ms() + int(self.config.result_ttl * 1000)
+        try:
+            return await asyncio.to_thread(
+                self.store.claim_request, user_id, request_id, self.broker.instance_id, expires, "lost"
+            )
+        except Exception as exc:  # answered lost all the same: it may or may not run (as the protocol allows)
+            log.warning("could not record that request %s of user %s is lost: %s", request_id, user_id, exc)
+            return None
 
     # -- built-in request handlers -------------------------------------------------------------
 
@@ -1606,6 +1714,15 @@ class ControlPlane:
                 state.publish(appended.event)
             if stored:
                 self.notices.stored(session_id, stored[-1].event["id"])
+
+
+def _resume_result(row: RequestOutcome) -> ResumeResult:
+    """What ``resume`` answers for a stored request: its outcome, or ``pending`` while it runs."""
+    if row.status == "completed" and row.outcome is not None and row.outcome.get("status") == "completed":
+        return cast(ResumeResult, row.outcome)
+    if row.status == "running":
+        return still_pending()
+    return lost()
 
 
 # -- the app -------------------------------------------------------------------------------------
