@@ -509,3 +509,40 @@ async def test_concurrent_writers_of_one_thread_are_serialised(tmp_path: Path) -
     nameless["id"] = ""
     with pytest.raises(ValueError):
         saver.put(_config("t"), nameless, {}, {})
+
+
+class _CountingCheckpointer(LocalCheckpointer):
+    """A checkpointer that counts the checkpoints it is asked to store."""
+
+    puts = 0
+
+    def put(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        self.puts += 1
+        return super().put(*args, **kwargs)
+
+
+async def test_a_session_process_turn_is_checkpointed_once_when_it_ends(tmp_path: Path) -> None:
+    """The engine of a session process saves one checkpoint per turn (its final state), not one
+    per LangGraph step: per-step saves cost several times the turn's own CPU."""
+    from clawlet.config import RuntimeConfig, Settings
+    from clawlet.execplane.session_child import SessionEngine
+    from clawlet.memory.stores import KnowledgeBase, MemoryIndex
+
+    settings = Settings(provider="demo", home=tmp_path / "home")
+    saver = _CountingCheckpointer(tmp_path / "checkpoints")
+    engine = SessionEngine(
+        settings,
+        RuntimeConfig(settings.paths.config_file),
+        MemoryIndex(settings.paths, None),
+        KnowledgeBase(settings.paths, None),
+        checkpointer=saver,
+    )
+    engine.thread_id = "s1:turn-1"
+    text = "".join([getattr(event, "text", "") async for event in engine.stream("hello there", [])])
+    assert "hello there" in text
+    assert saver.puts == 1
+    newest = saver.get_tuple({"configurable": {"thread_id": "s1:turn-1"}})
+    assert newest is not None
+    messages = newest.checkpoint["channel_values"]["messages"]
+    assert [type(m) for m in messages] == [HumanMessage, AIMessage]
+    assert messages[-1].text == text

@@ -301,13 +301,14 @@ class AgentEngine:
         config: dict[str, Any] = {
             "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10
         }
-        options: dict[str, Any] = {}
+        # one checkpoint when the run ends or pauses, not one per step: a turn is continued only
+        # from its pause point, and a checkpointed session process keeps just its last turn
+        options: dict[str, Any] = {"durability": "exit"}
         inputs: Any
         already_reported: set[str] = set()  # tool calls whose results were streamed before a pause
         waiting_before: set[str] = set()
         if pause is not None:
             config["configurable"] = {"thread_id": pause.thread_id}
-            options["durability"] = "exit"  # one checkpoint when the run ends or pauses
         if resume is not None and pause is not None:
             state = await agent.aget_state(config)
             pending = {item.id: item for item in state.interrupts}

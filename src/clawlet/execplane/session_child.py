@@ -11,10 +11,12 @@ a pure runtime and keeps no transcript (the one transcript is the exec plane's, 
 decision. The session's short-term memory
 (:class:`~clawlet.execplane.session_memory.SessionMemory`, ``<session dir>/memory/``) gets the user
 message before the turn and the assistant's reply (also a partial one) before the turn's final
-event goes out. Every LangGraph step of a turn that cannot pause is checkpointed by
-:class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under ``<session dir>/checkpoints/``: the
-agent graph gets the saver and a thread per turn, and older turns' threads are deleted when a turn
-ends, so the newest checkpoint is always the last turn's state (what the snapshot sync sends); a
+event goes out. The state of each turn that cannot pause is checkpointed when the turn ends (one
+checkpoint, not one per LangGraph step: per-step checkpoints cost about 20 ms of CPU per turn and
+nothing resumes a turn from them) by :class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under
+``<session dir>/checkpoints/``: the agent graph gets the saver and a thread per turn, and older
+turns' threads are deleted when a turn ends, so the newest checkpoint is always the last turn's
+state (what the snapshot sync sends); a
 turn that may pause keeps its state at its pause point instead. The model's input comes from the
 history the turn was sent, as in local mode.
 """
