@@ -252,6 +252,17 @@ def test_an_openclaw_user_gets_the_real_openclaws_answer_over_the_api(tmp_path: 
             assert done is not None and reply in str(done["content"]), events
             assert any(name == "token" for name, _ in events)
             assert any(request.get("model") == llm.model for request in llm.requests)
+            # the model was called by OpenClaw (its own tools and its internal-context message), not
+            # by clawlet's engine
+            openclaw_calls = [
+                request
+                for request in llm.requests
+                if "sessions_yield"
+                in {tool.get("function", {}).get("name") for tool in request.get("tools") or []}
+                and "BEGIN_OPENCLAW_INTERNAL_CONTEXT" in json.dumps(request.get("messages"))
+            ]
+            assert openclaw_calls, [sorted(request) for request in llm.requests]
+            assert "hello openclaw" in json.dumps(openclaw_calls[0]["messages"], ensure_ascii=False)
         finally:
             cluster.stop()
 
