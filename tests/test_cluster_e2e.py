@@ -24,6 +24,7 @@ from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.runtime.openclaw_bridge import default_bridge_dir
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import free_port, parse_sse
+from tests.support.openclaw_gateway import real_openclaw
 
 
 @pytest.fixture
@@ -211,21 +212,16 @@ def test_an_openclaw_user_chats_over_the_api_with_the_stored_or_the_machines_mod
         cluster.stop()
 
 
-REAL_OPENCLAW_BIN = os.environ.get("CLAWLET_OPENCLAW_BIN", "").strip()  # read at import: the autouse
-REAL_OPENCLAW_NODE = os.environ.get("CLAWLET_OPENCLAW_NODE", "").strip()  # fixture clears CLAWLET_*
-REAL_OPENCLAW_SKIP = (
-    "set CLAWLET_OPENCLAW_BIN and CLAWLET_OPENCLAW_NODE to chat with a real OpenClaw over the cluster API"
-    " (see docs/openclaw-interop.md)"
-    if not (REAL_OPENCLAW_BIN and REAL_OPENCLAW_NODE)
-    else OPENCLAW_E2E_SKIP
-)
+REAL_OPENCLAW = real_openclaw()  # at import: the autouse fixture clears CLAWLET_*
 
 
-@pytest.mark.skipif(REAL_OPENCLAW_SKIP is not None, reason=REAL_OPENCLAW_SKIP or "")
+@REAL_OPENCLAW.skip
+@pytest.mark.skipif(OPENCLAW_E2E_SKIP is not None, reason=OPENCLAW_E2E_SKIP or "")
 def test_an_openclaw_user_gets_the_real_openclaws_answer_over_the_api(tmp_path: Path) -> None:
-    """Opt-in (issue 15's acceptance): ``POST /api/chat`` for a user added with ``--runtime-type
-    openclaw`` and nothing else streams the real OpenClaw's answer; its model is the execution
-    plane's own, clawlet's scripted OpenAI-compatible server."""
+    """Issue 15's acceptance, on the real OpenClaw ``scripts/test`` installs: ``POST /api/chat`` for
+    a user added with ``--runtime-type openclaw`` and nothing else streams the real OpenClaw's
+    answer; its model is the execution plane's own, clawlet's scripted OpenAI-compatible server."""
+    install = REAL_OPENCLAW.require()
     reply = "Hello from the scripted model, through OpenClaw in cluster mode!"
     cluster = LocalCluster(tmp_path / "cluster", ["dana"], free_port())
     cli = [sys.executable, "-m", "clawlet", "control-plane", "--data-dir", str(cluster.cp_dir)]
@@ -233,8 +229,8 @@ def test_an_openclaw_user_gets_the_real_openclaws_answer_over_the_api(tmp_path: 
     assert added.returncode == 0
     with ScriptedOpenAIServer(lambda _request: text_turn(reply, chunks=4)) as llm:
         machine = {
-            "CLAWLET_OPENCLAW_NODE": REAL_OPENCLAW_NODE,
-            "CLAWLET_OPENCLAW_BIN": REAL_OPENCLAW_BIN,
+            "CLAWLET_OPENCLAW_NODE": str(install.node),
+            "CLAWLET_OPENCLAW_BIN": str(install.entry),
             "CLAWLET_PROVIDER": "openai",
             "CLAWLET_LLM_MODEL": llm.model,
             "CLAWLET_LLM_BASE_URL": llm.base_url,
@@ -256,6 +252,17 @@ def test_an_openclaw_user_gets_the_real_openclaws_answer_over_the_api(tmp_path: 
             assert done is not None and reply in str(done["content"]), events
             assert any(name == "token" for name, _ in events)
             assert any(request.get("model") == llm.model for request in llm.requests)
+            # the model was called by OpenClaw (its own tools and its internal-context message), not
+            # by clawlet's engine
+            openclaw_calls = [
+                request
+                for request in llm.requests
+                if "sessions_yield"
+                in {tool.get("function", {}).get("name") for tool in request.get("tools") or []}
+                and "BEGIN_OPENCLAW_INTERNAL_CONTEXT" in json.dumps(request.get("messages"))
+            ]
+            assert openclaw_calls, [sorted(request) for request in llm.requests]
+            assert "hello openclaw" in json.dumps(openclaw_calls[0]["messages"], ensure_ascii=False)
         finally:
             cluster.stop()
 

@@ -8,9 +8,9 @@ and finishes, ``run: echo hi`` arrives as tool events, cancel, a killed bridge, 
 ``request``/``fire_and_forget`` reaching the Python callables, a refused token, stop, and the clear
 "unavailable" errors.
 
-The real-OpenClaw test runs only when ``CLAWLET_OPENCLAW_BIN`` and ``CLAWLET_OPENCLAW_NODE`` are set
-(read at import: the autouse ``clawlet_home`` fixture clears ``CLAWLET_*`` variables): the bridge
-spawns a private ``openclaw gateway`` whose only model is clawlet's scripted OpenAI-compatible server.
+The real-OpenClaw test runs on the installation ``scripts/test`` provides (``real_openclaw()`` in
+``tests/support/openclaw_gateway.py``; skipped with the reason without one): the bridge spawns a
+private ``openclaw gateway`` whose only model is clawlet's scripted OpenAI-compatible server.
 See ``docs/openclaw-bridge.md``.
 """
 
@@ -55,10 +55,9 @@ from clawlet.runtime.openclaw_bridge import (
 )
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import LiveServer
+from tests.support.openclaw_gateway import real_openclaw
 
-# read at import time: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
-REAL_OPENCLAW_BIN = os.environ.get("CLAWLET_OPENCLAW_BIN", "").strip()
-REAL_OPENCLAW_NODE = os.environ.get("CLAWLET_OPENCLAW_NODE", "").strip()
+REAL = real_openclaw()  # at import: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
 
 BRIDGE_DIR = default_bridge_dir()
 NODE = shutil.which("node")
@@ -457,23 +456,10 @@ def real_script(body: dict[str, Any]) -> Turn:
     return text_turn("(unscripted)")
 
 
-def _real_skip_reason() -> str | None:
-    if not (REAL_OPENCLAW_BIN and REAL_OPENCLAW_NODE):
-        return (
-            "set CLAWLET_OPENCLAW_BIN and CLAWLET_OPENCLAW_NODE to run the bridge against a real OpenClaw"
-            " (see docs/openclaw-bridge.md)"
-        )
-    if not (BRIDGE_DIR / "node_modules" / "ws" / "package.json").is_file():
-        return f"the bridge's dependencies are not installed: run `npm ci` in {BRIDGE_DIR}"
-    ok, reason = openclaw_available(node=REAL_OPENCLAW_NODE, openclaw_bin=REAL_OPENCLAW_BIN)
-    return None if ok else reason
-
-
-REAL_SKIP = _real_skip_reason()
-
-
-@pytest.mark.skipif(REAL_SKIP is not None, reason=REAL_SKIP or "")
+@REAL.skip
+@needs_node
 async def test_a_real_openclaw_gateway_through_the_bridge(tmp_path: Path) -> None:
+    install = REAL.require()
     secret = "sk-bridge-secret-never-on-disk"
     requests: list[tuple[str, dict[str, Any]]] = []
     notes: list[tuple[str, dict[str, Any]]] = []
@@ -498,8 +484,8 @@ async def test_a_real_openclaw_gateway_through_the_bridge(tmp_path: Path) -> Non
                 on_notify=lambda method, params: notes.append((method, params)),
             ),
             BridgeOptions(
-                openclaw_node=REAL_OPENCLAW_NODE,
-                openclaw_bin=REAL_OPENCLAW_BIN,
+                openclaw_node=str(install.node),
+                openclaw_bin=str(install.entry),
                 bridge_dir=BRIDGE_DIR,
                 ready_timeout=150,
             ),

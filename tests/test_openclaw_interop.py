@@ -1,8 +1,10 @@
 """Opt-in interoperability test against a REAL OpenClaw gateway (the ``openclaw`` npm package).
 
-Skipped unless ``CLAWLET_OPENCLAW_BIN`` (and, unless ``node`` on PATH is new enough,
-``CLAWLET_OPENCLAW_NODE``) point at an installation (``CLAWLET_OPENCLAW_REQUIRED=1`` makes a missing
-or unusable one fail instead); ``docs/openclaw-interop.md`` has the install commands.
+``scripts/test`` installs the pinned Node 24 and OpenClaw (``scripts/test-openclaw``) and points
+``CLAWLET_OPENCLAW_NODE``/``CLAWLET_OPENCLAW_BIN`` at them; without an installation every test is
+skipped with the reason (``CLAWLET_OPENCLAW_REQUIRED=1``, which ``scripts/test`` sets after a
+successful install, makes it fail instead). See ``tests/support/openclaw_gateway.py`` and
+``docs/openclaw-interop.md``.
 
 When configured, one ``openclaw gateway`` runs for the whole module, on loopback, with a token,
 isolated in a temp dir; its only model provider is clawlet's scripted OpenAI-compatible server, so
@@ -30,7 +32,6 @@ import asyncio
 import itertools
 import json
 import logging
-import os
 import threading
 import uuid
 import warnings
@@ -50,13 +51,10 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn
 from tests.conftest import LiveServer, free_port
 from tests.inbox_support import SseClient, wait_until
 from tests.support.gateway_schema import SchemaUnavailable, load_protocol_schema
-from tests.support.openclaw_gateway import OpenClawGateway, OpenClawInstall, find_openclaw
+from tests.support.openclaw_gateway import OpenClawGateway, OpenClawInstall, real_openclaw
 
-# read at import time: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
-INSTALL, SKIP_REASON = find_openclaw()
-#: ``CLAWLET_OPENCLAW_REQUIRED=1`` (e.g. in a CI job meant to run this) turns the skip into a failure.
-REQUIRED = os.environ.get("CLAWLET_OPENCLAW_REQUIRED", "").strip().lower() in ("1", "true", "yes")
-pytestmark = pytest.mark.skipif(INSTALL is None and not REQUIRED, reason=SKIP_REASON or "not configured")
+REAL = real_openclaw()  # at import: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
+pytestmark = REAL.skip
 
 TOKEN = "interop-gateway-token"
 CLAWLET_GATEWAY_TOKEN = "clawlet-gateway-token"
@@ -112,9 +110,7 @@ def llm() -> Iterator[ScriptedOpenAIServer]:
 
 @pytest.fixture(scope="module")
 def install() -> OpenClawInstall:
-    if INSTALL is None:
-        pytest.fail(f"CLAWLET_OPENCLAW_REQUIRED is set but OpenClaw is unusable: {SKIP_REASON}")
-    return INSTALL
+    return REAL.require()
 
 
 @pytest.fixture(scope="module")

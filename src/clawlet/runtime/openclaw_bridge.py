@@ -213,14 +213,23 @@ def _package_version(entry: Path) -> str | None:
 def probe_openclaw(
     *, node: str | None = None, openclaw_bin: str | None = None, bridge_dir: Path | None = None
 ) -> OpenClawProbe:
-    """Check Node.js ≥ 24.16 (``node``, else ``$CLAWLET_OPENCLAW_NODE``, else ``node`` on ``PATH``),
-    the OpenClaw CLI (``openclaw_bin``, else ``$CLAWLET_OPENCLAW_BIN``, else ``openclaw`` on
-    ``PATH``) and the bridge. Runs ``node --version`` (fast); never starts OpenClaw."""
+    """Check the bridge, then Node.js and the OpenClaw CLI (:func:`probe_openclaw_install`).
+    Runs ``node --version`` (fast); never starts OpenClaw."""
     bridge = bridge_dir or default_bridge_dir()
     problem = bridge_problem(bridge)
     if problem is not None:
         summary = problem.partition(" (")[0]
         return OpenClawProbe(False, problem, summary, bridge_dir=bridge)
+    return probe_openclaw_install(node=node, openclaw_bin=openclaw_bin, bridge_dir=bridge)
+
+
+def probe_openclaw_install(
+    *, node: str | None = None, openclaw_bin: str | None = None, bridge_dir: Path | None = None
+) -> OpenClawProbe:
+    """Check Node.js ≥ 24.16 (``node``, else ``$CLAWLET_OPENCLAW_NODE``, else ``node`` on ``PATH``)
+    and the OpenClaw CLI (``openclaw_bin``, else ``$CLAWLET_OPENCLAW_BIN``, else ``openclaw`` on
+    ``PATH``), not the bridge: what the real-OpenClaw tests need too. ``bridge_dir`` is only
+    recorded in the result."""
     node_raw = node or os.environ.get(ENV_NODE)
     node_path = _find_executable(node_raw, "node")
     if node_path is None:
@@ -229,7 +238,7 @@ def probe_openclaw(
             False,
             f"Node.js >= 24.16 is required for OpenClaw: {where} (set {ENV_NODE})",
             "Node.js is not installed",
-            bridge_dir=bridge,
+            bridge_dir=bridge_dir,
         )
     try:
         found_version = node_version(node_path)
@@ -239,7 +248,7 @@ def probe_openclaw(
             f"cannot run {node_path} --version: {exc}",
             "node --version failed",
             node=node_path,
-            bridge_dir=bridge,
+            bridge_dir=bridge_dir,
         )
     if not node_supported(version_tuple(found_version)):
         return OpenClawProbe(
@@ -248,7 +257,7 @@ def probe_openclaw(
             f"Node.js {found_version} is outside OpenClaw's range {NODE_RANGE}",
             node=node_path,
             node_version=found_version,
-            bridge_dir=bridge,
+            bridge_dir=bridge_dir,
         )
     bin_raw = openclaw_bin or os.environ.get(ENV_BIN) or shutil.which("openclaw") or ""
     entry = resolve_openclaw_entry(bin_raw) if bin_raw.strip() else None
@@ -264,7 +273,7 @@ def probe_openclaw(
             "the openclaw CLI is not installed",
             node=node_path,
             node_version=found_version,
-            bridge_dir=bridge,
+            bridge_dir=bridge_dir,
         )
     version = _package_version(entry)
     if version == PLACEHOLDER_VERSION:
@@ -277,7 +286,7 @@ def probe_openclaw(
             node_version=found_version,
             openclaw_entry=entry,
             openclaw_version=version,
-            bridge_dir=bridge,
+            bridge_dir=bridge_dir,
         )
     return OpenClawProbe(
         True,
@@ -287,7 +296,7 @@ def probe_openclaw(
         node_version=found_version,
         openclaw_entry=entry,
         openclaw_version=version,
-        bridge_dir=bridge,
+        bridge_dir=bridge_dir,
     )
 
 
