@@ -39,6 +39,7 @@ from clawlet.events import (
     RunFailed,
     RunFinished,
     RunStarted,
+    RunText,
     RunWaiting,
     TextDelta,
     Title,
@@ -231,6 +232,8 @@ class Run:
         self.session_id = session_id
         self.run_id = uuid.uuid4().hex
         self.log: list[Event] = []
+        self.answer = RunText()
+        """The run's answer text so far (its segments, joined by the one rule)."""
         self.closed = False
         self._changed = asyncio.Condition()
         self.task: asyncio.Task[None] | None = None
@@ -238,6 +241,7 @@ class Run:
     async def publish(self, event: Event) -> None:
         async with self._changed:
             self.log.append(event)
+            self.answer.observe(event)
             self._changed.notify_all()
 
     async def close(self) -> None:

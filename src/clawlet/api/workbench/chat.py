@@ -10,7 +10,6 @@ continuation exactly like ``/api/chat``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter
@@ -19,11 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
-from clawlet.api.sse import KEEPALIVE, sse_frame, workbench_event
+from clawlet.api.event_stream import KEEPALIVE_SECONDS
 from clawlet.api.workbench.sessions import corrupt_error
+from clawlet.api.workbench.stream import WorkbenchStream
 from clawlet.engine.approvals import Decision, InvalidDecision, pending_to_json
 from clawlet.engine.context import RunContext
-from clawlet.events import RunCancelled, RunFailed, RunFinished, RunWaiting, Title
+from clawlet.events import RunCancelled, RunFailed, RunWaiting
 from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import (
     ApprovalDecided,
@@ -38,7 +38,6 @@ from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_se
 router = APIRouter()
 
 MAX_MESSAGE_CHARS = 100_000
-KEEPALIVE_SECONDS = 15.0
 WORKBENCH_CONTEXT = RunContext(approval_mode="ask")
 """The workbench can show approval cards and questions, so its turns ask."""
 
@@ -80,40 +79,25 @@ class DecisionRequest(BaseModel):
         return self
 
 
-async def _sse(run: Run) -> AsyncIterator[str]:
-    async for event in run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True):
-        if event is None:
-            yield KEEPALIVE
-            continue
-        mapped = workbench_event(event)
-        if mapped is not None:
-            yield sse_frame(*mapped)
-
-
 async def _collect(run: Run) -> dict[str, Any]:
-    result: dict[str, Any] = {"session_id": run.session_id, "content": "", "title": None}
-    async for event in run.events():
-        if isinstance(event, RunFinished | RunCancelled):
-            result["content"] = event.content
-            result["cancelled"] = isinstance(event, RunCancelled)
-        elif isinstance(event, RunWaiting):
-            result["content"] = event.content
-            result["cancelled"] = False
-            result["waiting"] = True
-            result["pending"] = [pending_to_json(item) for item in event.pending]
-        elif isinstance(event, RunFailed):
-            raise ApiError(502, "run_failed", event.error)
-        elif isinstance(event, Title):
-            result["title"] = event.title
+    stream = WorkbenchStream()
+    await stream.consume(run.events())
+    end = stream.end
+    if isinstance(end, RunFailed):
+        raise ApiError(502, "run_failed", end.error)
+    result: dict[str, Any] = {"session_id": run.session_id, "content": "", "title": stream.title}
+    if end is not None:
+        result["content"] = end.content
+        result["cancelled"] = isinstance(end, RunCancelled)
+    if isinstance(end, RunWaiting):
+        result["waiting"] = True
+        result["pending"] = [pending_to_json(item) for item in end.pending]
     return result
 
 
 def _respond(run: Run, session_id: str) -> StreamingResponse:
-    return StreamingResponse(
-        _sse(run),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Session-ID": session_id},
-    )
+    events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
+    return WorkbenchStream().response(events, {"X-Session-ID": session_id})
 
 
 def waiting_error(exc: SessionWaiting) -> ApiError:
