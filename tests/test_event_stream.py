@@ -217,6 +217,7 @@ def test_workbench_wire() -> None:
     assert types == [
         KEEPALIVE.split("\n", 1)[0],
         "retrieval",
+        "thinking",
         "token",
         "token",
         "tool_start",
@@ -232,5 +233,5 @@ def test_workbench_wire() -> None:
         "title",
     ]
     assert stream.title == "A title"
-    data = json.loads(frames[5].split("data: ", 1)[1])
+    data = json.loads(frames[6].split("data: ", 1)[1])
     assert data == {"type": "tool_end", "tool": "shell", "output": "a.txt", "is_error": True}

@@ -50,7 +50,7 @@ class WorkbenchStream(SseEventStream):
         return (sse_frame("token", {"content": event.text}),)
 
     def on_thinking(self, event: Thinking) -> Iterable[str]:
-        return ()
+        return (sse_frame("thinking", {"content": event.text}),)
 
     def on_retrieval(self, event: Retrieval) -> Iterable[str]:
         return (sse_frame("retrieval", {"query": event.query, "results": event.results}),)
