@@ -283,6 +283,12 @@ def test_decision_errors(server: LiveServer) -> None:
     busy = httpx.post(f"{server.url}/api/chat", json={"message": "again", "session_id": "x1"}, timeout=30)
     error = assert_error(busy, 409, "session_waiting")
     assert error["details"]["pending"][0]["approval_id"] == approval
+    # every edge refuses a new turn of a waiting session the same way (no 500)
+    agent = httpx.post(f"{server.url}/api/agent", json={"prompt": "again", "session-id": "x1"}, timeout=30)
+    assert_error(agent, 409, "session_waiting")
+    body = {"model": "clawlet", "session_id": "x1", "messages": [{"role": "user", "content": "again"}]}
+    openai = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+    assert openai.status_code == 409 and openai.json()["error"]["code"] == "session_waiting"
     # nothing of the refused requests was decided or saved
     assert pending(server, "x1")["pending"][0]["approval_id"] == approval
     assert transcript(server.settings, "x1")[-1]["tool_calls"][0]["output"] == ""

@@ -27,6 +27,7 @@ from clawlet.api.deps import WorkspacesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.event_stream import KEEPALIVE_SECONDS, SseEventStream, sse_data
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import (
@@ -48,9 +49,8 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.paths import UnsafePath, resolve_inside
-from clawlet.runtime.manager import SessionBusy
 from clawlet.services import InvalidWorkspace, Services
-from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
+from clawlet.sessions.store import validate_session_id
 
 router = APIRouter()
 
@@ -193,12 +193,8 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(session_id, prompt, title=False, context=context)
-    except InvalidSessionId as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from exc
-    except SessionCorrupt as exc:
-        raise ApiError(409, "session_corrupt", f"session {session_id!r} has a corrupt transcript") from exc
-    except SessionBusy as exc:
-        raise ApiError(409, "session_busy", f"session {session_id!r} is still answering") from exc
+    except SESSION_ERRORS as exc:
+        raise session_error(exc, session_id) from exc
     allowed = [name for name in await services.engine.available_tool_names() if resolved.tool_allowed(name)]
     init = {
         "type": "system",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clawlet.api.deps import ServicesDep, WorkspacesDep
 from clawlet.api.event_stream import KEEPALIVE_SECONDS
-from clawlet.api.openai.errors import openai_error
+from clawlet.api.openai.errors import openai_api_error, openai_error
 from clawlet.api.openai.stream import ChatCompletionStream, finish_reason, usage_body
 from clawlet.api.openai.tasks import is_task_prompt, task_events
 from clawlet.api.options import (
@@ -42,14 +42,14 @@ from clawlet.api.options import (
     extract_in_message,
     from_mapping,
 )
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import Event, RunFailed
 from clawlet.llm.providers import describe_model
 from clawlet.llm.sampling import Sampling
-from clawlet.runtime.manager import SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
-from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
+from clawlet.sessions.store import validate_session_id
 
 router = APIRouter()
 
@@ -206,14 +206,8 @@ async def chat_completions(
         run = await services.sessions.start_turn(
             session_id, turn.text, prior=turn.prior, title=False, context=context
         )
-    except InvalidSessionId as exc:
-        return openai_error(str(exc), 400, code="invalid_session_id", param="session_id")
-    except SessionCorrupt:
-        return openai_error(f"session {session_id!r} has a corrupt transcript", 409, code="session_corrupt")
-    except SessionBusy:
-        return openai_error(
-            f"session {session_id!r} is still answering a previous message", 409, code="session_busy"
-        )
+    except SESSION_ERRORS as exc:
+        return openai_api_error(session_error(exc, session_id))
     headers = {"X-Session-ID": session_id}
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace

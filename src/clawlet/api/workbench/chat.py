@@ -19,21 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.event_stream import KEEPALIVE_SECONDS
-from clawlet.api.workbench.sessions import corrupt_error
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.api.workbench.stream import WorkbenchStream
-from clawlet.engine.approvals import Decision, InvalidDecision, pending_to_json
+from clawlet.engine.approvals import Decision, pending_to_json
 from clawlet.engine.context import RunContext
 from clawlet.events import RunCancelled, RunFailed, RunWaiting
-from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import (
-    ApprovalDecided,
-    ApprovalNotFound,
     Run,
-    SessionBusy,
-    SessionWaiting,
 )
 from clawlet.services import Services
-from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
+from clawlet.sessions.store import InvalidSessionId, validate_session_id
 
 router = APIRouter()
 
@@ -100,16 +95,6 @@ def _respond(run: Run, session_id: str) -> StreamingResponse:
     return WorkbenchStream().response(events, {"X-Session-ID": session_id})
 
 
-def waiting_error(exc: SessionWaiting) -> ApiError:
-    return ApiError(
-        409,
-        "session_waiting",
-        f"session {exc.session_id!r} is waiting for a decision; decide it "
-        f"(POST /api/sessions/{exc.session_id}/approvals/<approval_id>) or cancel it first",
-        {"pending": [pending_to_json(item) for item in exc.pending]},
-    )
-
-
 @router.post("/chat", response_model=None)
 async def chat(body: ChatRequest, services: ServicesDep) -> StreamingResponse | dict[str, Any]:
     session_id = body.session_id
@@ -118,16 +103,8 @@ async def chat(body: ChatRequest, services: ServicesDep) -> StreamingResponse | 
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(session_id, body.message, context=WORKBENCH_CONTEXT)
-    except InvalidSessionId as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from exc
-    except SessionCorrupt as exc:
-        raise corrupt_error(session_id) from exc
-    except SessionWaiting as exc:
-        raise waiting_error(exc) from exc
-    except SessionBusy as exc:
-        raise ApiError(
-            409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"
-        ) from exc
+    except SESSION_ERRORS as exc:
+        raise session_error(exc, session_id) from exc
     if not body.stream:
         return await _collect(run)
     return _respond(run, session_id)
@@ -164,25 +141,8 @@ async def decide_approval(
     decision = Decision(body.decision, body.args, body.message)
     try:
         run = await services.sessions.resume(session_id, approval_id, decision)
-    except ApprovalDecided as exc:
-        raise ApiError(
-            409,
-            "approval_decided",
-            f"approval {approval_id!r} was already decided ({exc.decision})",
-            {"approval_id": approval_id, "decision": exc.decision},
-        ) from exc
-    except ApprovalNotFound as exc:
-        raise ApiError(
-            404, "approval_not_found", f"session {session_id!r} waits for no approval {approval_id!r}"
-        ) from exc
-    except InvalidDecision as exc:
-        raise ApiError(422, "invalid_decision", str(exc)) from exc
-    except SessionBusy as exc:
-        raise ApiError(
-            409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"
-        ) from exc
-    except RuntimeError_ as exc:
-        raise ApiError(409, "cannot_resume", str(exc)) from exc
+    except SESSION_ERRORS as exc:
+        raise session_error(exc, session_id, approval_id) from exc
     if not body.stream:
         return await _collect(run)
     return _respond(run, session_id)
