@@ -1,14 +1,16 @@
-"""The translator base every protocol edge shares (clawlet.api.event_stream) and the one rule for
-joining a run's text (clawlet.events.RunText)."""
+"""The translator base protocol edges share (clawlet.event_stream), its SSE form
+(clawlet.api.event_stream) and the one rule for joining a run's text (clawlet.events.RunText)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable
+from typing import TypeVar
 
-from clawlet.api.event_stream import KEEPALIVE, EventStream, SseEventStream, sse_data, sse_frame
+from clawlet.api.event_stream import KEEPALIVE, SseEventStream, sse_data, sse_frame
 from clawlet.api.workbench.stream import WorkbenchStream
+from clawlet.event_stream import EventStream
 from clawlet.events import (
     EVENT_TYPES,
     ApprovalRequested,
@@ -29,6 +31,9 @@ from clawlet.events import (
     ToolStart,
     Usage,
 )
+from clawlet.inbox.backends import Outcome, RunWatch
+
+T = TypeVar("T")
 
 APPROVAL = ApprovalRequested("a1", "shell", {"command": "ls"}, "c1", "ls")
 QUESTION = QuestionAsked("q1", "which one?", "c2")
@@ -113,7 +118,7 @@ class StopAtEnd(Recorder):
     stop_at_end = True
 
 
-class SseRecorder(SseEventStream, Recorder):  # type: ignore[misc]  # both bases are EventStream[str]
+class SseRecorder(SseEventStream, Recorder):
     pass
 
 
@@ -124,8 +129,8 @@ async def source(events: list[Event | None], error: Exception | None = None) -> 
         raise error
 
 
-def run(stream: EventStream[str], events: list[Event | None], error: Exception | None = None) -> list[str]:
-    async def collect() -> list[str]:
+def run(stream: EventStream[T], events: list[Event | None], error: Exception | None = None) -> list[T]:
+    async def collect() -> list[T]:
         return [item async for item in stream.transform(source(events, error))]
 
     return asyncio.run(collect())
@@ -235,3 +240,16 @@ def test_workbench_wire() -> None:
     assert stream.title == "A title"
     data = json.loads(frames[6].split("data: ", 1)[1])
     assert data == {"type": "tool_end", "tool": "shell", "output": "a.txt", "is_error": True}
+
+
+def test_the_inbox_watch_reports_progress_and_the_outcome() -> None:
+    seen: list[str] = []
+    watch = RunWatch(seen.append)
+    events: list[Event | None] = [TextDelta("a"), NewSegment(), TextDelta("b"), RunFailed("boom", "s")]
+    assert run(watch, events) == []  # a watch sends nothing
+    assert seen == ["a", "a\n\nb"]
+    assert watch.outcome() == Outcome("error", "a\n\nb", "boom")
+    waiting = RunWatch(seen.append)
+    run(waiting, [RunWaiting("s", "t", [APPROVAL]), Title("s", "T")])
+    assert waiting.outcome() == Outcome("waiting", "t", pending=(APPROVAL,))
+    assert RunWatch(seen.append).outcome().state == "error"  # no end: the run ended without a result
