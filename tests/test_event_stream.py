@@ -8,6 +8,8 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from typing import TypeVar
 
+import pytest
+
 from clawlet.api.event_stream import KEEPALIVE, SseEventStream, sse_data, sse_frame
 from clawlet.api.workbench.stream import WorkbenchStream
 from clawlet.event_stream import EventStream
@@ -253,3 +255,12 @@ def test_the_inbox_watch_reports_progress_and_the_outcome() -> None:
     run(waiting, [RunWaiting("s", "t", [APPROVAL]), Title("s", "T")])
     assert waiting.outcome() == Outcome("waiting", "t", pending=(APPROVAL,))
     assert RunWatch(seen.append).outcome().state == "error"  # no end: the run ended without a result
+
+
+def test_a_broken_handler_is_a_bug_not_a_run_failure() -> None:
+    class Broken(Recorder):
+        def on_text(self, event: TextDelta) -> Iterable[str]:
+            raise KeyError("bug")
+
+    with pytest.raises(KeyError):
+        run(Broken(), [TextDelta("x"), RunFinished("x", "s")])

@@ -68,20 +68,25 @@ class EventStream(ABC, Generic[T]):
         """The protocol's items for ``events`` (a run's, keep-alive moments included)."""
         for item in self.before_stream():
             yield item
-        try:
-            async for event in events:
-                if event is None:
-                    for item in self.on_keepalive():
+        source = aiter(events)
+        while True:
+            try:
+                event = await anext(source)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the source broke: that is the run's failure
+                if self.end is None:
+                    for item in self.handle(RunFailed(f"{type(exc).__name__}: {exc}", "")):
                         yield item
-                    continue
-                for item in self.handle(event):
+                break
+            if event is None:
+                for item in self.on_keepalive():
                     yield item
-                if self.end is not None and self.stop_at_end:
-                    break
-        except Exception as exc:  # the source broke: that is the run's failure
-            if self.end is None:
-                for item in self.handle(RunFailed(f"{type(exc).__name__}: {exc}", "")):
-                    yield item
+                continue
+            for item in self.handle(event):
+                yield item
+            if self.end is not None and self.stop_at_end:
+                break
         for item in self.after_stream():
             yield item
 

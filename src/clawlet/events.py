@@ -2,10 +2,10 @@
 
 Runtimes yield these events; each protocol edge (workbench SSE, OpenAI chunks, gateway frames,
 the seed-001 events of ``/api/cluster/sessions/{id}/events``) translates them into its own wire
-format and nothing else (the HTTP edges and the inbox through :mod:`clawlet.event_stream`).
-Between clawlet's own processes (a session process and its exec plane, the exec plane and the control
-plane over ``/ws/vm``) events travel as they are, in their one JSON encoding:
-:func:`event_to_json` / :func:`event_from_json`.
+format and nothing else (the HTTP edges, the inbox and the gateway through
+:mod:`clawlet.event_stream`). Between clawlet's own processes (a session process and its exec
+plane, the exec plane and the control plane over ``/ws/vm``) events travel as they are, in their
+one JSON encoding: :func:`event_to_json` / :func:`event_from_json`.
 """
 
 from __future__ import annotations
