@@ -264,3 +264,29 @@ def test_model_reasoning_streams_inside_the_think_block(settings: Settings, live
         assert content.index("等于 4") < content.index("</think>") < content.index("答案是 4。")
         hidden = httpx.post(server.url + V1, json=body, timeout=60)
         assert hidden.json()["choices"][0]["message"]["content"] == "答案是 4。"
+
+
+def test_workbench_streams_model_reasoning_as_thinking_events(
+    settings: Settings, live_server: object
+) -> None:
+    """The workbench SSE sends reasoning as its own ``thinking`` events, apart from the answer."""
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([Turn(text="答案是 4。", reasoning="先算 2+2，等于 4。"), text_turn("Sums")])
+        custom = Settings(
+            provider="deepseek", deepseek_api_key="k", deepseek_base_url=llm.base_url, deepseek_model="r1"
+        )
+        server: LiveServer = live_server(custom)  # type: ignore[operator]
+        response = httpx.post(server.url + "/api/chat", json={"message": "2+2?"}, timeout=60)
+        assert response.status_code == 200
+        frames = [
+            json.loads(frame.split("data: ", 1)[1])
+            for frame in response.text.split("\n\n")
+            if frame.startswith("event: ")
+        ]
+        thinking = "".join(f["content"] for f in frames if f["type"] == "thinking")
+        answer = "".join(f["content"] for f in frames if f["type"] == "token")
+        assert thinking == "先算 2+2，等于 4。"
+        assert answer == "答案是 4。"
+        types = [f["type"] for f in frames]
+        assert types.index("thinking") < types.index("token") < types.index("done")
+        assert frames[types.index("done")]["content"] == "答案是 4。"

@@ -11,6 +11,7 @@ import pytest
 
 from clawlet.config import Settings
 from tests.conftest import LiveServer, parse_sse
+from tests.support.transcripts import calls_shown
 
 
 def chat(server: LiveServer, session_id: str, message: str) -> list[tuple[str, dict[str, Any]]]:
@@ -114,7 +115,7 @@ def test_history_has_tool_calls_after_a_run_turn(server: LiveServer) -> None:
     assert history["compressed_context"] == ""
     messages = history["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
-    assert messages[1]["tool_calls"] == [
+    assert calls_shown(messages[1]["tool_calls"]) == [
         {"tool": "terminal", "input": "echo tool-output-42", "output": "tool-output-42"}
     ]
     assert history["message_count"] == 3

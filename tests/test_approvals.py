@@ -21,6 +21,7 @@ from clawlet.engine.approvals import apply_policies, effective_policies
 from clawlet.engine.context import RunContext
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
 from tests.conftest import LiveServer, assert_error, lines_of, parse_sse
+from tests.support.transcripts import calls_shown
 
 Events = list[tuple[str, dict[str, Any]]]
 
@@ -194,7 +195,11 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer) -> None:
     assert listed["pending"] == [{"kind": "tool", **{k: v for k, v in request.items() if k != "type"}}]
     history = httpx.get(f"{server.url}/api/sessions/a1/history", timeout=30).json()
     assert history["waiting"] is True and history["running"] is False
-    assert history["messages"][-1]["tool_calls"] == [{"tool": "terminal", "input": APPEND[5:], "output": ""}]
+    assert calls_shown(history["messages"][-1]["tool_calls"]) == [
+        {"tool": "terminal", "input": APPEND[5:], "output": ""}
+    ]
+    # the stored call is the one the approval is for
+    assert history["messages"][-1]["tool_calls"][0]["call_id"] == request["call_id"]
 
     continued = decide_ok(server, "a1", request["approval_id"], decision="approve")
     assert names(continued)[:2] == ["tool_end", "new_response"]
@@ -204,12 +209,15 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer) -> None:
     assert one(continued, "done")["content"].startswith("[demo] `terminal` returned:")
 
     # no segment twice: the paused segment was completed in place
-    assert transcript(server.settings, "a1") == [
+    stored = transcript(server.settings, "a1")
+    assert calls_shown(stored[1].pop("tool_calls")) == [
+        {"tool": "terminal", "input": APPEND[5:], "output": "1"}
+    ]
+    assert stored == [
         {"role": "user", "content": APPEND},
         {
             "role": "assistant",
             "content": f"Running `{APPEND[5:]}` in the terminal.",
-            "tool_calls": [{"tool": "terminal", "input": APPEND[5:], "output": "1"}],
         },
         {"role": "assistant", "content": "[demo] `terminal` returned:\n\n```\n1\n```"},
     ]
@@ -264,6 +272,8 @@ def test_an_approved_tool_that_fails_does_not_crash_the_run(server: LiveServer) 
     end = one(continued, "tool_end")
     assert end["is_error"] is True and "blacklist" in end["output"]
     assert names(continued)[-2:] == ["done", "title"]
+    stored = transcript(server.settings, "f1")[1]["tool_calls"][0]
+    assert stored["is_error"] is True and stored["output"] == end["output"]
 
 
 def test_decision_errors(server: LiveServer) -> None:
@@ -283,6 +293,12 @@ def test_decision_errors(server: LiveServer) -> None:
     busy = httpx.post(f"{server.url}/api/chat", json={"message": "again", "session_id": "x1"}, timeout=30)
     error = assert_error(busy, 409, "session_waiting")
     assert error["details"]["pending"][0]["approval_id"] == approval
+    # every edge refuses a new turn of a waiting session the same way (no 500)
+    agent = httpx.post(f"{server.url}/api/agent", json={"prompt": "again", "session-id": "x1"}, timeout=30)
+    assert_error(agent, 409, "session_waiting")
+    body = {"model": "clawlet", "session_id": "x1", "messages": [{"role": "user", "content": "again"}]}
+    openai = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+    assert openai.status_code == 409 and openai.json()["error"]["code"] == "session_waiting"
     # nothing of the refused requests was decided or saved
     assert pending(server, "x1")["pending"][0]["approval_id"] == approval
     assert transcript(server.settings, "x1")[-1]["tool_calls"][0]["output"] == ""
@@ -315,7 +331,7 @@ def test_the_agent_asks_a_question_and_the_answer_resumes_it(server: LiveServer)
     assert one(continued, "tool_end")["output"] == "green"
     assert one(continued, "done")["content"] == "[demo] You answered: green"
     stored = transcript(server.settings, "q1")
-    assert stored[1]["tool_calls"] == [
+    assert calls_shown(stored[1]["tool_calls"]) == [
         {"tool": "ask_user", "input": "which colour do you like?", "output": "green"}
     ]
     assert len(stored) == 3
@@ -423,7 +439,7 @@ def test_parallel_calls_each_wait_and_each_runs_once(scripted: LiveServer, llm: 
     assert sorted(m["tool_call_id"] for m in results) == ["call_a", "call_b", "call_r"]
 
     stored = transcript(scripted.settings, "p1")
-    assert stored[1]["tool_calls"] == [
+    assert calls_shown(stored[1]["tool_calls"]) == [
         {"tool": "terminal", "input": "echo A >> workspace/a.txt", "output": "(no output)"},
         {"tool": "read_file", "input": "notes.txt", "output": "a note"},
         {"tool": "terminal", "input": "echo B >> workspace/b.txt", "output": "(no output)"},

@@ -13,6 +13,7 @@ import pytest
 from clawlet import __version__
 from clawlet.cli import main
 from clawlet.config import is_loopback
+from tests.support.transcripts import calls_shown
 
 
 def clawlet(*args: str, home: Path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
@@ -116,7 +117,9 @@ def test_chat_prints_the_tool_call_and_saves_the_session(clawlet_home: Path) -> 
     data = json.loads((clawlet_home / "sessions" / "cli1.json").read_text(encoding="utf-8"))
     assert data["title"] == "echo hi"
     assert [m["role"] for m in data["messages"]] == ["user", "assistant", "assistant", "user", "assistant"]
-    assert data["messages"][1]["tool_calls"] == [{"tool": "terminal", "input": "echo hi", "output": "hi"}]
+    assert calls_shown(data["messages"][1]["tool_calls"]) == [
+        {"tool": "terminal", "input": "echo hi", "output": "hi"}
+    ]
 
     again = clawlet("chat", "--session", "cli1", "-m", "python: 2 ** 10", home=clawlet_home)
     assert again.returncode == 0, again.stderr

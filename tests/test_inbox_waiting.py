@@ -23,6 +23,7 @@ from clawlet.config import Settings
 from clawlet.inbox.backends import task_session_name
 from tests.conftest import LiveServer, assert_error, lines_of
 from tests.inbox_support import SseClient, wait_until
+from tests.support.transcripts import calls_shown
 
 TIMEOUT = 60.0  # s: generous, the machine may be busy; nothing here asserts a duration
 APPEND = "run: echo once >> workspace/side.txt && wc -l < workspace/side.txt"
@@ -138,7 +139,7 @@ def test_a_question_waits_and_the_answer_resumes_the_same_run(server: LiveServer
     # one turn, continued: the answer is the tool's result, not a second user message
     stored = transcript(settings.paths.sessions, task_id)
     assert [m["role"] for m in stored] == ["user", "assistant", "assistant"]
-    assert stored[1]["tool_calls"] == [
+    assert calls_shown(stored[1]["tool_calls"]) == [
         {"tool": "ask_user", "input": "which colour do you like?", "output": "green"}
     ]
 

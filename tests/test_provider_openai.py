@@ -29,6 +29,7 @@ from clawlet.testing.scripted_openai import (
     tool_turn,
 )
 from tests.conftest import LiveServer, parse_sse
+from tests.support.transcripts import calls_shown
 
 CORE_TOOLS = {"terminal", "python_repl", "fetch_url", "read_file", "search_knowledge_base"}
 
@@ -276,7 +277,9 @@ def test_tool_call_turn_runs_the_tool_and_records_segments(
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
     assert messages[0]["content"] == "please run echo hi"
     assert messages[1]["content"] == "Let me run that."
-    assert messages[1]["tool_calls"] == [{"tool": "terminal", "input": "echo hi", "output": "hi"}]
+    assert calls_shown(messages[1]["tool_calls"]) == [
+        {"tool": "terminal", "input": "echo hi", "output": "hi"}
+    ]
     assert messages[2]["content"] == "The command printed hi."
     assert "tool_calls" not in messages[2]
     assert stored["title"] == "Echo test"

@@ -7,6 +7,7 @@ import json
 import httpx
 
 from tests.conftest import LiveServer, parse_sse
+from tests.support.transcripts import calls_shown
 
 
 def test_run_command_streams_tool_events_and_saves_segments(server: LiveServer) -> None:
@@ -27,6 +28,8 @@ def test_run_command_streams_tool_events_and_saves_segments(server: LiveServer) 
     messages = stored["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
     assert messages[0]["content"] == "run: echo hi"
-    assert messages[1]["tool_calls"] == [{"tool": "terminal", "input": "echo hi", "output": "hi"}]
+    assert calls_shown(messages[1]["tool_calls"]) == [
+        {"tool": "terminal", "input": "echo hi", "output": "hi"}
+    ]
     assert "hi" in messages[2]["content"] and "tool_calls" not in messages[2]
     assert stored["title"] == "echo hi"

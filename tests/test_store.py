@@ -15,6 +15,7 @@ from clawlet.sessions.store import (
     SUMMARY_PREFIX,
     InvalidSessionId,
     SessionNotFound,
+    ToolCallRecord,
     TranscriptStore,
     validate_session_id,
 )
@@ -107,6 +108,22 @@ def test_v1_file_is_migrated_on_read_and_on_disk(store: TranscriptStore) -> None
     assert store.list_sessions()[0]["message_count"] == 3
     store.append("old", "user", "again")
     assert len(store.load_messages("old")) == 4
+
+
+def test_tool_calls_keep_their_call_id_and_error_flag(store: TranscriptStore) -> None:
+    session_id, _ = store.create()
+    calls: list[ToolCallRecord] = [
+        {"tool": "terminal", "input": "ls", "output": "a", "call_id": "c1", "is_error": False},
+        {"tool": "terminal", "input": "mkfs", "output": "refused", "call_id": "c2", "is_error": True},
+    ]
+    store.append(session_id, "assistant", "Hi", calls)
+    assert store.load(session_id)["messages"][-1]["tool_calls"] == calls
+    path = store.directory / f"{session_id}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["messages"][-1]["tool_calls"][0].update(call_id=7, is_error="yes")
+    path.write_text(json.dumps(data), encoding="utf-8")
+    loaded = store.load(session_id)["messages"][-1]["tool_calls"][0]
+    assert loaded["call_id"] == "7" and loaded["is_error"] is False
 
 
 def test_v1_file_is_usable_through_every_entry_point(store: TranscriptStore) -> None:

@@ -8,20 +8,27 @@ import asyncio
 import gc
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from clawlet import __version__
 from clawlet.config import Settings
+from clawlet.event_stream import EventStream
 from clawlet.events import (
+    ApprovalRequested,
     NewSegment,
+    QuestionAsked,
     Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
+    RunStarted,
+    RunWaiting,
     TextDelta,
+    Thinking,
     Title,
     ToolEnd,
     ToolStart,
+    Usage,
 )
 from clawlet.home import init_home
 from clawlet.secret_env import move_secrets_to_memory, receive_secrets
@@ -100,33 +107,72 @@ def cmd_serve(settings: Settings) -> int:
     return 0
 
 
+class TerminalStream(EventStream[None]):
+    """A chat turn printed as it happens: the answer, tool calls and their output, the end."""
+
+    def on_retrieval(self, event: Retrieval) -> Iterable[None]:
+        print(f"  🔎 memory: {len(event.results)} passage(s) retrieved", flush=True)
+        return ()
+
+    def on_text(self, event: TextDelta) -> Iterable[None]:
+        print(event.text, end="", flush=True)
+        return ()
+
+    def on_tool_start(self, event: ToolStart) -> Iterable[None]:
+        print(f"\n  ⚙ {event.tool}: {event.input}", flush=True)
+        return ()
+
+    def on_tool_end(self, event: ToolEnd) -> Iterable[None]:
+        shown = event.output if len(event.output) <= 600 else event.output[:600] + " …"
+        marker = "✗" if event.is_error else "→"
+        print("  " + f"{marker} " + shown.replace("\n", "\n    "), flush=True)
+        return ()
+
+    def on_new_segment(self, event: NewSegment) -> Iterable[None]:
+        print()
+        return ()
+
+    def on_finished(self, event: RunFinished) -> Iterable[None]:
+        print()
+        return ()
+
+    def on_cancelled(self, event: RunCancelled) -> Iterable[None]:
+        print("\n[cancelled]")
+        return ()
+
+    def on_failed(self, event: RunFailed) -> Iterable[None]:
+        print(f"\n[error] {event.error}", file=sys.stderr)
+        return ()
+
+    def on_title(self, event: Title) -> Iterable[None]:
+        print(f"[title: {event.title}]")
+        return ()
+
+    def on_run_started(self, event: RunStarted) -> Iterable[None]:
+        return ()
+
+    def on_thinking(self, event: Thinking) -> Iterable[None]:
+        return ()
+
+    def on_usage(self, event: Usage) -> Iterable[None]:
+        return ()
+
+    def on_approval(self, event: ApprovalRequested) -> Iterable[None]:
+        return ()
+
+    def on_question(self, event: QuestionAsked) -> Iterable[None]:
+        return ()
+
+    def on_waiting(self, event: RunWaiting) -> Iterable[None]:
+        return ()
+
+
 async def _chat_turn(services: object, session_id: str, text: str) -> None:
     from clawlet.services import Services
 
     assert isinstance(services, Services)
     run = await services.sessions.start_turn(session_id, text)
-    async for event in run.events():
-        match event:
-            case Retrieval(results=results):
-                print(f"  🔎 memory: {len(results)} passage(s) retrieved", flush=True)
-            case TextDelta(text=piece):
-                print(piece, end="", flush=True)
-            case ToolStart(tool=tool, input=tool_input):
-                print(f"\n  ⚙ {tool}: {tool_input}", flush=True)
-            case ToolEnd(output=output, is_error=is_error):
-                shown = output if len(output) <= 600 else output[:600] + " …"
-                marker = "✗" if is_error else "→"
-                print("  " + f"{marker} " + shown.replace("\n", "\n    "), flush=True)
-            case NewSegment():
-                print()
-            case RunFinished():
-                print()
-            case RunCancelled():
-                print("\n[cancelled]")
-            case RunFailed(error=error):
-                print(f"\n[error] {error}", file=sys.stderr)
-            case Title(title=title):
-                print(f"[title: {title}]")
+    await TerminalStream().consume(run.events())
 
 
 async def _chat(settings: Settings, session_id: str, messages: Sequence[str]) -> int:

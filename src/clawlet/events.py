@@ -2,9 +2,10 @@
 
 Runtimes yield these events; each protocol edge (workbench SSE, OpenAI chunks, gateway frames,
 the seed-001 events of ``/api/cluster/sessions/{id}/events``) translates them into its own wire
-format and nothing else. Between clawlet's own processes (a session process and its exec plane,
-the exec plane and the control plane over ``/ws/vm``) events travel as they are, in their one
-JSON encoding: :func:`event_to_json` / :func:`event_from_json`.
+format and nothing else (the HTTP edges, the inbox and the gateway through
+:mod:`clawlet.event_stream`). Between clawlet's own processes (a session process and its exec
+plane, the exec plane and the control plane over ``/ws/vm``) events travel as they are, in their
+one JSON encoding: :func:`event_to_json` / :func:`event_from_json`.
 """
 
 from __future__ import annotations
@@ -199,6 +200,35 @@ EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
     )
 }
 """Every event class by its name (the ``kind`` of its JSON encoding)."""
+
+
+class RunText:
+    """A run's answer text as its events arrive, the one rule for joining it: the text of each
+    segment (a :class:`NewSegment` starts the next), the non-empty ones joined by a blank line, as
+    :class:`RunFinished`'s ``content`` is."""
+
+    def __init__(self) -> None:
+        self._segments: list[str] = []
+        self._current: list[str] = []
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self._current.append(event.text)
+        elif isinstance(event, NewSegment) and self._current:
+            text = "".join(self._current)
+            if text:
+                self._segments.append(text)
+            self._current = []
+
+    @property
+    def segments(self) -> list[str]:
+        """The run's non-empty text segments so far, the current one last."""
+        current = "".join(self._current)
+        return [*self._segments, current] if current else list(self._segments)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(self.segments)
 
 
 def merge_text_deltas(events: list[Event]) -> list[Event]:

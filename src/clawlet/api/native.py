@@ -14,10 +14,9 @@ in ``permission_mode`` (``deny`` or ``skip``) and ``permissions`` (a sentence, o
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter
@@ -26,15 +25,32 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clawlet.api.deps import WorkspacesDep
 from clawlet.api.errors import ApiError
+from clawlet.api.event_stream import KEEPALIVE_SECONDS, SseEventStream, sse_data
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
-from clawlet.api.sse import KEEPALIVE
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
-from clawlet.events import Event, RunCancelled, RunFailed, RunFinished, RunStarted, RunWaiting
+from clawlet.events import (
+    ApprovalRequested,
+    Event,
+    NewSegment,
+    QuestionAsked,
+    Retrieval,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunWaiting,
+    TextDelta,
+    Thinking,
+    Title,
+    ToolEnd,
+    ToolStart,
+    Usage,
+)
 from clawlet.paths import UnsafePath, resolve_inside
-from clawlet.runtime.manager import Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services
-from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
+from clawlet.sessions.store import validate_session_id
 
 router = APIRouter()
 
@@ -64,10 +80,6 @@ def event_type(event: Event) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(event).__name__).lower()
 
 
-def line(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-
-
 def attach_files(services: Services, prompt: str, files: list[str]) -> str:
     """Name the referenced files in the prompt after checking they exist inside the workspace."""
     if not files:
@@ -85,30 +97,71 @@ def attach_files(services: Services, prompt: str, files: list[str]) -> str:
     return prompt + "\n\nReferenced files (read them with read_file when needed):\n" + "\n".join(listed)
 
 
-async def stream_events(run: Run, init: dict[str, Any]) -> AsyncIterator[str]:
-    yield line(init)
-    async for event in run.events(keepalive=15.0):
-        if event is None:
-            yield KEEPALIVE
-            continue
-        if isinstance(event, RunStarted):
-            continue
-        if isinstance(event, RunFailed):
-            yield line(
-                {
-                    "type": "error",
-                    "error": {"message": event.error, "type": "system_error", "code": "agent_run_failed"},
-                }
-            )
-            yield line({"type": "result", "subtype": "error", "result": "", "session_id": run.session_id})
-            continue
-        if isinstance(event, RunFinished | RunCancelled | RunWaiting):
-            subtype = {RunFinished: "success", RunCancelled: "cancelled"}.get(type(event), "waiting")
-            yield line(
-                {"type": "result", "subtype": subtype, "result": event.content, "session_id": run.session_id}
-            )
-            continue
-        yield line({"type": event_type(event), **dataclasses.asdict(event)})
+class NativeStream(SseEventStream):
+    """A run's events as the native endpoint's JSON lines: each event as it is (``type`` its
+    snake-case kind), the run's end as a ``result`` line (after an ``error`` line if it failed)."""
+
+    def __init__(self, session_id: str, init: dict[str, Any]) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.init = init
+
+    def _event(self, event: Event) -> tuple[str]:
+        return (sse_data({"type": event_type(event), **dataclasses.asdict(event)}),)
+
+    def _result(self, subtype: str, content: str) -> str:
+        return sse_data(
+            {"type": "result", "subtype": subtype, "result": content, "session_id": self.session_id}
+        )
+
+    def before_stream(self) -> Iterable[str]:
+        return (sse_data(self.init),)
+
+    def on_run_started(self, event: RunStarted) -> Iterable[str]:
+        return ()
+
+    def on_failed(self, event: RunFailed) -> Iterable[str]:
+        error = {"message": event.error, "type": "system_error", "code": "agent_run_failed"}
+        return (sse_data({"type": "error", "error": error}), self._result("error", ""))
+
+    def on_finished(self, event: RunFinished) -> Iterable[str]:
+        return (self._result("success", event.content),)
+
+    def on_cancelled(self, event: RunCancelled) -> Iterable[str]:
+        return (self._result("cancelled", event.content),)
+
+    def on_waiting(self, event: RunWaiting) -> Iterable[str]:
+        return (self._result("waiting", event.content),)
+
+    def on_retrieval(self, event: Retrieval) -> Iterable[str]:
+        return self._event(event)
+
+    def on_text(self, event: TextDelta) -> Iterable[str]:
+        return self._event(event)
+
+    def on_thinking(self, event: Thinking) -> Iterable[str]:
+        return self._event(event)
+
+    def on_tool_start(self, event: ToolStart) -> Iterable[str]:
+        return self._event(event)
+
+    def on_tool_end(self, event: ToolEnd) -> Iterable[str]:
+        return self._event(event)
+
+    def on_new_segment(self, event: NewSegment) -> Iterable[str]:
+        return self._event(event)
+
+    def on_usage(self, event: Usage) -> Iterable[str]:
+        return self._event(event)
+
+    def on_approval(self, event: ApprovalRequested) -> Iterable[str]:
+        return self._event(event)
+
+    def on_question(self, event: QuestionAsked) -> Iterable[str]:
+        return self._event(event)
+
+    def on_title(self, event: Title) -> Iterable[str]:
+        return self._event(event)
 
 
 @router.post("/agent")
@@ -140,12 +193,8 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(session_id, prompt, title=False, context=context)
-    except InvalidSessionId as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from exc
-    except SessionCorrupt as exc:
-        raise ApiError(409, "session_corrupt", f"session {session_id!r} has a corrupt transcript") from exc
-    except SessionBusy as exc:
-        raise ApiError(409, "session_busy", f"session {session_id!r} is still answering") from exc
+    except SESSION_ERRORS as exc:
+        raise session_error(exc, session_id) from exc
     allowed = [name for name in await services.engine.available_tool_names() if resolved.tool_allowed(name)]
     init = {
         "type": "system",
@@ -157,8 +206,5 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         "permission_mode": "skip" if body.skip_permissions else "deny",
         "permissions": permission_note(resolved),
     }
-    return StreamingResponse(
-        stream_events(run, init),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Session-ID": session_id},
-    )
+    events = run.events(keepalive=KEEPALIVE_SECONDS)
+    return NativeStream(session_id, init).response(events, {"X-Session-ID": session_id})

@@ -53,8 +53,8 @@ from starlette.types import Receive, Scope, Send
 
 from clawlet.api.app import is_guarded, refuse
 from clawlet.api.errors import ApiError, install_error_handlers
+from clawlet.api.event_stream import KEEPALIVE
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
-from clawlet.api.sse import KEEPALIVE
 from clawlet.api.static import install_static
 from clawlet.config import Settings
 from clawlet.controlplane.api_proxy import TunnelProxy

@@ -55,14 +55,22 @@ from clawlet import __version__
 from clawlet.config import Settings
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.event_stream import EventStream
 from clawlet.events import (
+    ApprovalRequested,
     NewSegment,
     Pending,
+    QuestionAsked,
+    Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
+    RunStarted,
+    RunText,
     RunWaiting,
     TextDelta,
+    Thinking,
+    Title,
     ToolEnd,
     ToolStart,
     Usage,
@@ -514,8 +522,8 @@ class GatewayRun:
     started_ms: int = field(default_factory=now_ms)
     chat_seq: int = 0
     agent_seq: int = 0
-    segments: list[str] = field(default_factory=list)
-    current: str = ""
+    answer: RunText = field(default_factory=RunText)
+    """The reply so far, across the continuations of a paused run."""
     sent_text: str = ""
     usage: dict[str, int] | None = None
     task: asyncio.Task[None] | None = None
@@ -529,7 +537,7 @@ class GatewayRun:
 
     @property
     def text(self) -> str:
-        return "\n\n".join(part for part in [*self.segments, self.current] if part)
+        return self.answer.text
 
     def base(self) -> dict[str, Any]:
         return {"runId": self.run_id, "sessionKey": self.target.key, "agentId": self.target.agent_id}
@@ -1161,57 +1169,9 @@ class GatewayServer:
 
     async def _stream(self, gateway_run: GatewayRun) -> RunWaiting | None:
         """Stream one clawlet run; its ``RunWaiting`` if it paused, else None (terminal event sent)."""
-        last_flush = 0.0
-        async for event in gateway_run.run.events(keepalive=self.delta_interval):
-            if event is None:
-                self._flush_delta(gateway_run)
-            elif isinstance(event, TextDelta):
-                gateway_run.current += event.text
-                if time.monotonic() - last_flush >= self.delta_interval:
-                    self._flush_delta(gateway_run)
-                    last_flush = time.monotonic()
-            elif isinstance(event, NewSegment):
-                self._flush_delta(gateway_run)
-                if gateway_run.current:
-                    gateway_run.segments.append(gateway_run.current)
-                    gateway_run.current = ""
-            elif isinstance(event, ToolStart):
-                self._flush_delta(gateway_run)
-                self._broadcast_tool(
-                    gateway_run,
-                    {
-                        "phase": "start",
-                        "name": event.tool,
-                        "toolCallId": event.call_id,
-                        "args": tool_args(event.input),
-                    },
-                )
-            elif isinstance(event, ToolEnd):
-                self._broadcast_tool(
-                    gateway_run,
-                    {
-                        "phase": "result",
-                        "name": event.tool,
-                        "toolCallId": event.call_id,
-                        # OpenClaw's shape for a tool result
-                        "result": {"content": [{"type": "text", "text": event.output}]},
-                        "isError": event.is_error,
-                    },
-                )
-            elif isinstance(event, Usage):
-                usage = gateway_run.usage or {"input": 0, "output": 0, "totalTokens": 0}
-                usage["input"] += event.input_tokens
-                usage["output"] += event.output_tokens
-                usage["totalTokens"] = usage["input"] + usage["output"]
-                gateway_run.usage = usage
-            elif isinstance(event, RunWaiting):
-                self._flush_delta(gateway_run)
-                return event
-            elif isinstance(event, RunFinished | RunCancelled | RunFailed):
-                self._flush_delta(gateway_run)
-                self._broadcast_terminal(gateway_run, self._terminal_payload(gateway_run, event))
-                return None
-        return None
+        stream = GatewayStream(self, gateway_run)
+        await stream.consume(gateway_run.run.events(keepalive=self.delta_interval))
+        return stream.end if isinstance(stream.end, RunWaiting) else None
 
     def _broadcast_terminal(self, gateway_run: GatewayRun, payload: dict[str, Any]) -> None:
         """The run's last ``chat`` event; what it still waited for is cancelled first."""
@@ -1532,3 +1492,101 @@ def _history(store: TranscriptStore, session_id: str) -> list[dict[str, Any]]:
         for index, message in enumerate(merged)
         if message["content"] or message["role"] == "user"
     ]
+
+
+class GatewayStream(EventStream[None]):
+    """One clawlet run as the gateway's ``chat`` events (the reply's text, flushed at most every
+    ``delta_interval`` and whenever the run is silent that long) and ``agent`` tool events; the run's
+    end is the terminal ``chat`` event, or (``RunWaiting``) left to the approvals that follow."""
+
+    stop_at_end = True
+
+    def __init__(self, server: GatewayServer, gateway_run: GatewayRun) -> None:
+        super().__init__(gateway_run.answer)
+        self.server = server
+        self.gateway_run = gateway_run
+        self.last_flush = 0.0
+
+    def _flush(self) -> tuple[()]:
+        self.server._flush_delta(self.gateway_run)
+        return ()
+
+    def _end(self, event: RunFinished | RunCancelled | RunFailed) -> tuple[()]:
+        self._flush()
+        self.server._broadcast_terminal(
+            self.gateway_run, self.server._terminal_payload(self.gateway_run, event)
+        )
+        return ()
+
+    def on_keepalive(self) -> Iterable[None]:
+        return self._flush()
+
+    def on_text(self, event: TextDelta) -> Iterable[None]:
+        if time.monotonic() - self.last_flush >= self.server.delta_interval:
+            self._flush()
+            self.last_flush = time.monotonic()
+        return ()
+
+    def on_new_segment(self, event: NewSegment) -> Iterable[None]:
+        return self._flush()
+
+    def on_tool_start(self, event: ToolStart) -> Iterable[None]:
+        self._flush()
+        data = {
+            "phase": "start",
+            "name": event.tool,
+            "toolCallId": event.call_id,
+            "args": tool_args(event.input),
+        }
+        self.server._broadcast_tool(self.gateway_run, data)
+        return ()
+
+    def on_tool_end(self, event: ToolEnd) -> Iterable[None]:
+        data = {
+            "phase": "result",
+            "name": event.tool,
+            "toolCallId": event.call_id,
+            # OpenClaw's shape for a tool result
+            "result": {"content": [{"type": "text", "text": event.output}]},
+            "isError": event.is_error,
+        }
+        self.server._broadcast_tool(self.gateway_run, data)
+        return ()
+
+    def on_usage(self, event: Usage) -> Iterable[None]:
+        usage = self.gateway_run.usage or {"input": 0, "output": 0, "totalTokens": 0}
+        usage["input"] += event.input_tokens
+        usage["output"] += event.output_tokens
+        usage["totalTokens"] = usage["input"] + usage["output"]
+        self.gateway_run.usage = usage
+        return ()
+
+    def on_waiting(self, event: RunWaiting) -> Iterable[None]:
+        return self._flush()
+
+    def on_finished(self, event: RunFinished) -> Iterable[None]:
+        return self._end(event)
+
+    def on_cancelled(self, event: RunCancelled) -> Iterable[None]:
+        return self._end(event)
+
+    def on_failed(self, event: RunFailed) -> Iterable[None]:
+        return self._end(event)
+
+    def on_run_started(self, event: RunStarted) -> Iterable[None]:
+        return ()
+
+    def on_retrieval(self, event: Retrieval) -> Iterable[None]:
+        return ()
+
+    def on_thinking(self, event: Thinking) -> Iterable[None]:
+        return ()
+
+    def on_approval(self, event: ApprovalRequested) -> Iterable[None]:
+        return ()
+
+    def on_question(self, event: QuestionAsked) -> Iterable[None]:
+        return ()
+
+    def on_title(self, event: Title) -> Iterable[None]:
+        return ()

@@ -15,20 +15,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import RunContext
+from clawlet.event_stream import EventStream
 from clawlet.events import (
+    ApprovalRequested,
     NewSegment,
     Pending,
+    QuestionAsked,
+    Retrieval,
     RunCancelled,
     RunFailed,
     RunFinished,
+    RunStarted,
     RunWaiting,
     TextDelta,
+    Thinking,
+    Title,
+    ToolEnd,
+    ToolStart,
+    Usage,
 )
 from clawlet.gateway.protocol import GatewayError, session_key
 from clawlet.inbox.models import Task
@@ -100,6 +110,74 @@ class ExecutionBackend(Protocol):
     async def close(self) -> None: ...
 
 
+class RunWatch(EventStream[None]):
+    """Follows a local run for the inbox: its answer so far goes to ``on_text`` as it grows, and
+    :meth:`outcome` is how the run ended. Nothing goes on a wire, so every handler yields nothing."""
+
+    def __init__(self, on_text: ProgressCallback) -> None:
+        super().__init__()
+        self.on_progress = on_text
+
+    def outcome(self) -> Outcome:
+        match self.end:
+            case RunFinished(content=content):
+                return Outcome("final", content)
+            case RunWaiting(content=content, pending=pending):
+                return Outcome("waiting", content, pending=tuple(pending))
+            case RunCancelled(content=content):
+                return Outcome("aborted", content)
+            case RunFailed(error=error):
+                return Outcome("error", self.answer.text, error)
+        return Outcome("error", "", "the run ended without a result")
+
+    def on_text(self, event: TextDelta) -> Iterable[None]:
+        if self.end is None:
+            self.on_progress(self.answer.text)
+        return ()
+
+    def on_run_started(self, event: RunStarted) -> Iterable[None]:
+        return ()
+
+    def on_retrieval(self, event: Retrieval) -> Iterable[None]:
+        return ()
+
+    def on_thinking(self, event: Thinking) -> Iterable[None]:
+        return ()
+
+    def on_tool_start(self, event: ToolStart) -> Iterable[None]:
+        return ()
+
+    def on_tool_end(self, event: ToolEnd) -> Iterable[None]:
+        return ()
+
+    def on_new_segment(self, event: NewSegment) -> Iterable[None]:
+        return ()
+
+    def on_usage(self, event: Usage) -> Iterable[None]:
+        return ()
+
+    def on_approval(self, event: ApprovalRequested) -> Iterable[None]:
+        return ()
+
+    def on_question(self, event: QuestionAsked) -> Iterable[None]:
+        return ()
+
+    def on_title(self, event: Title) -> Iterable[None]:
+        return ()
+
+    def on_finished(self, event: RunFinished) -> Iterable[None]:
+        return ()
+
+    def on_cancelled(self, event: RunCancelled) -> Iterable[None]:
+        return ()
+
+    def on_failed(self, event: RunFailed) -> Iterable[None]:
+        return ()
+
+    def on_waiting(self, event: RunWaiting) -> Iterable[None]:
+        return ()
+
+
 class LocalBackend:
     """Runs tasks on clawlet's engine through the runtime layer; agent ``main`` is the main home,
     any other agent the clawlet workspace of the same name."""
@@ -163,28 +241,9 @@ class LocalBackend:
         the next message or decision at once)."""
         if task.id in self._abort_requested:
             await self._services(task.agent_id).sessions.cancel(task_session_name(task.id))
-        segments: list[str] = []
-        current = ""
-        outcome: Outcome | None = None
-        async for event in run.events():
-            if outcome is not None:
-                continue  # the terminal event came: wait for the run to close
-            if isinstance(event, TextDelta):
-                current += event.text
-                on_text("\n\n".join([*segments, current]))
-            elif isinstance(event, NewSegment):
-                if current:
-                    segments.append(current)
-                current = ""
-            elif isinstance(event, RunFinished):
-                outcome = Outcome("final", event.content)
-            elif isinstance(event, RunWaiting):
-                outcome = Outcome("waiting", event.content, pending=tuple(event.pending))
-            elif isinstance(event, RunCancelled):
-                outcome = Outcome("aborted", event.content)
-            elif isinstance(event, RunFailed):
-                outcome = Outcome("error", "\n\n".join([*segments, current]), event.error)
-        return outcome or Outcome("error", "", "the run ended without a result")
+        watch = RunWatch(on_text)
+        await watch.consume(run.events())
+        return watch.outcome()
 
     def waiting_for(self, task: Task) -> list[Pending]:
         return self._services(task.agent_id).sessions.waiting_for(task_session_name(task.id))

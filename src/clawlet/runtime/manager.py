@@ -39,6 +39,7 @@ from clawlet.events import (
     RunFailed,
     RunFinished,
     RunStarted,
+    RunText,
     RunWaiting,
     TextDelta,
     Title,
@@ -121,10 +122,7 @@ class SegmentRecorder:
         last = messages[-1] if messages else None
         matched: dict[str, ToolCallRecord] = {}
         if last is not None and last["role"] == "assistant":
-            records: list[ToolCallRecord] = [
-                {"tool": r["tool"], "input": r["input"], "output": r["output"]}
-                for r in last.get("tool_calls", [])
-            ]
+            records: list[ToolCallRecord] = [r.copy() for r in last.get("tool_calls", [])]
             used: set[int] = set()
             for item in waiting:
                 for index, record in enumerate(records):
@@ -168,15 +166,16 @@ class SegmentRecorder:
         if isinstance(event, TextDelta):
             self.content += event.text
         elif isinstance(event, ToolStart):
-            record: ToolCallRecord = {"tool": event.tool, "input": event.input, "output": ""}
+            record = _record(event.tool, event.input, event.call_id)
             self.tool_calls.append(record)
             self._by_call_id[event.call_id] = record
         elif isinstance(event, ToolEnd):
             found = self._by_call_id.get(event.call_id)
             if found is None:
-                found = {"tool": event.tool, "input": "", "output": ""}
+                found = _record(event.tool, "", event.call_id)
                 self.tool_calls.append(found)
             found["output"] = event.output
+            found["is_error"] = event.is_error
         elif isinstance(event, NewSegment):
             self.flush()
 
@@ -203,13 +202,22 @@ class SegmentRecorder:
         return "\n\n".join(part for part in [*self.segments, self.content[self._carried :]] if part)
 
 
+def _record(tool: str, tool_input: str, call_id: str) -> ToolCallRecord:
+    """A tool call that has not returned yet."""
+    return {"tool": tool, "input": tool_input, "output": "", "call_id": call_id, "is_error": False}
+
+
 def _record_for(item: Pending) -> ToolCallRecord:
     if isinstance(item, ApprovalRequested):
-        return {"tool": item.tool, "input": item.input, "output": ""}
-    return {"tool": ASK_USER_TOOL, "input": item.question, "output": ""}
+        return _record(item.tool, item.input, item.call_id)
+    return _record(ASK_USER_TOOL, item.question, item.call_id)
 
 
 def _same_call(record: ToolCallRecord, item: Pending) -> bool:
+    """Whether ``record`` is the call ``item`` waits for: the same ``call_id``; a record stored
+    without one (an older transcript) by its tool and input."""
+    if record.get("call_id") and item.call_id:
+        return record.get("call_id") == item.call_id
     expected = _record_for(item)
     return record["tool"] == expected["tool"] and record["input"] == expected["input"]
 
@@ -231,6 +239,8 @@ class Run:
         self.session_id = session_id
         self.run_id = uuid.uuid4().hex
         self.log: list[Event] = []
+        self.answer = RunText()
+        """The run's answer text so far (its segments, joined by the one rule)."""
         self.closed = False
         self._changed = asyncio.Condition()
         self.task: asyncio.Task[None] | None = None
@@ -238,6 +248,7 @@ class Run:
     async def publish(self, event: Event) -> None:
         async with self._changed:
             self.log.append(event)
+            self.answer.observe(event)
             self._changed.notify_all()
 
     async def close(self) -> None:

@@ -1,7 +1,8 @@
 """``TranscriptStore``: session transcripts as ``sessions/{id}.json`` in the seed's v2 format.
 
 v2 file: ``{title, created_at, updated_at, compressed_context, messages}``; a message is
-``{role, content}`` and an assistant segment may carry ``tool_calls: [{tool, input, output}]``.
+``{role, content}`` and an assistant segment may carry ``tool_calls: [{tool, input, output, call_id,
+is_error}]``.
 A v1 file (a bare array of messages) is migrated to v2 when read. A user message a stopped server
 never answered gets a marker after it on the next start (:meth:`TranscriptStore.mark_interrupted`):
 ``{"role": "assistant", "content": INTERRUPTED_NOTE, "interrupted": true}``; the model sees it as
@@ -34,9 +35,15 @@ INTERRUPTED_NOTE = "[interrupted: the server stopped before answering this messa
 
 
 class ToolCallRecord(TypedDict):
+    """One tool call of an assistant segment. ``call_id`` (the model's id for the call) pairs it with
+    its events and with an approval it waits for; ``is_error`` says the output is the tool's error.
+    Both are written for every call; transcripts from before they existed lack them."""
+
     tool: str
     input: str
     output: str
+    call_id: NotRequired[str]
+    is_error: NotRequired[bool]
 
 
 class StoredMessage(TypedDict):
@@ -83,6 +90,20 @@ def _new_session(now: float) -> SessionData:
     }
 
 
+def _tool_call(raw: dict[str, Any]) -> ToolCallRecord:
+    """One stored tool call, with its fields coerced to their types."""
+    call: ToolCallRecord = {
+        "tool": str(raw.get("tool", "")),
+        "input": str(raw.get("input", "")),
+        "output": str(raw.get("output", "")),
+    }
+    if "call_id" in raw:
+        call["call_id"] = str(raw["call_id"])
+    if "is_error" in raw:
+        call["is_error"] = raw["is_error"] is True
+    return call
+
+
 def _message(raw: dict[str, Any]) -> StoredMessage:
     """One stored message, with its fields coerced to the v2 types."""
     message: StoredMessage = {
@@ -91,15 +112,7 @@ def _message(raw: dict[str, Any]) -> StoredMessage:
     }
     calls = raw.get("tool_calls")
     if isinstance(calls, list) and calls:
-        message["tool_calls"] = [
-            {
-                "tool": str(call.get("tool", "")),
-                "input": str(call.get("input", "")),
-                "output": str(call.get("output", "")),
-            }
-            for call in calls
-            if isinstance(call, dict)
-        ]
+        message["tool_calls"] = [_tool_call(call) for call in calls if isinstance(call, dict)]
     if raw.get("interrupted") is True:
         message["interrupted"] = True
     return message

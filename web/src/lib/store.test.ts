@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import { parseChatEvent } from './api'
 import { historyToMessages, initialState, reducer } from './store'
 import type { Action, WorkbenchState } from './store'
 import type { ChatEvent } from './types'
@@ -33,6 +34,14 @@ describe('reducer', () => {
     const s = run(base(), ev({ type: 'token', content: 'Hel' }), ev({ type: 'token', content: 'lo 你好' }))
     expect(s.messages).toHaveLength(2)
     expect(s.messages[1].content).toBe('Hello 你好')
+  })
+
+  it('ignores event types it does not know (the server may add some, like thinking)', () => {
+    const before = run(base(), ev({ type: 'token', content: 'Hi' }))
+    const unknown = { type: 'thinking', content: 'hmm' } as unknown as ChatEvent
+    const parsed = parseChatEvent('thinking', JSON.stringify(unknown))
+    expect(parsed?.type).toBe('thinking')
+    expect(run(before, ev(unknown), ev(parsed as ChatEvent))).toEqual(before)
   })
 
   it('fills the thought chain from tool_start and tool_end', () => {

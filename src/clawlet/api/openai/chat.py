@@ -19,18 +19,19 @@ block says which tools this affected.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from clawlet.api.deps import ServicesDep, WorkspacesDep
-from clawlet.api.openai.errors import openai_error, openai_error_body
+from clawlet.api.event_stream import KEEPALIVE_SECONDS
+from clawlet.api.openai.errors import openai_api_error, openai_error
+from clawlet.api.openai.stream import ChatCompletionStream, finish_reason, usage_body
 from clawlet.api.openai.tasks import is_task_prompt, task_events
 from clawlet.api.options import (
     BODY_KEYS,
@@ -41,33 +42,18 @@ from clawlet.api.options import (
     extract_in_message,
     from_mapping,
 )
-from clawlet.api.sse import KEEPALIVE
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
-from clawlet.events import (
-    Event,
-    NewSegment,
-    RunCancelled,
-    RunFailed,
-    RunFinished,
-    RunWaiting,
-    TextDelta,
-    Thinking,
-    ToolEnd,
-    ToolStart,
-    Usage,
-)
+from clawlet.events import Event, RunFailed
 from clawlet.llm.providers import describe_model
 from clawlet.llm.sampling import Sampling
-from clawlet.runtime.manager import SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
-from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
-from clawlet.tokens import count_tokens
+from clawlet.sessions.store import validate_session_id
 
 router = APIRouter()
 
 AGENT_MODEL_ID = "clawlet"
-KEEPALIVE_SECONDS = 15.0
 
 
 class ChatMessage(BaseModel):
@@ -142,141 +128,6 @@ def split_turn(messages: list[ChatMessage]) -> Turn | str:
         if m.role in ("user", "assistant") and message_text(m)
     ]
     return Turn(text=text, prior=prior)
-
-
-def chunk(completion_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None) -> str:
-    body = {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-
-
-def usage_body(usage: Usage | None, prompt: str, completion: str) -> dict[str, int]:
-    if usage is not None:
-        prompt_tokens, completion_tokens = usage.input_tokens, usage.output_tokens
-    else:  # the demo model reports no usage: count the visible text instead
-        prompt_tokens, completion_tokens = count_tokens(prompt), count_tokens(completion)
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def finish_reason(usage: Usage | None) -> str:
-    """``length`` when the model's token cap cut the answer, else ``stop``."""
-    return "length" if usage is not None and usage.truncated else "stop"
-
-
-class DeltaRenderer:
-    """Turns clawlet events into the assistant text a chat client shows.
-
-    With thinking on, tool activity goes inside ``<think>…</think>`` (Open WebUI renders it
-    collapsible) or a fenced ``thinking`` block, opened with the session id as the seed does;
-    otherwise tool activity is invisible and segments are separated by a blank line. ``note`` (what
-    the permission mode did to tools that need approval) follows the session id."""
-
-    def __init__(self, thinking: str | None, session_id: str, note: str = "") -> None:
-        self.thinking = thinking
-        self.session_id = session_id
-        self.note = note
-        self.in_block = False
-        self.text = ""
-
-    def _open(self) -> str:
-        if self.in_block or not self.thinking:
-            return ""
-        self.in_block = True
-        return "<think>\n" if self.thinking == "tags" else "```thinking\n"
-
-    def _close(self) -> str:
-        if not self.in_block:
-            return ""
-        self.in_block = False
-        return "\n</think>\n\n" if self.thinking == "tags" else "\n```\n\n"
-
-    def _emit(self, piece: str) -> str:
-        self.text += piece
-        return piece
-
-    def start(self) -> str:
-        if not self.thinking:
-            return ""
-        note = f"{self.note}\n" if self.note else ""
-        return self._emit(self._open() + f"session-id={self.session_id}\n" + note)
-
-    def render(self, event: object) -> str | None:
-        """The text delta for ``event``; None when it shows nothing (a keep-alive moment)."""
-        if isinstance(event, TextDelta):
-            return self._emit(self._close() + event.text)
-        if isinstance(event, Thinking):
-            return self._emit(self._open() + event.text) if self.thinking else None
-        if isinstance(event, ToolStart):
-            if not self.thinking:
-                return None
-            return self._emit(self._open() + f"🔧 {event.tool}: {event.input}\n")
-        if isinstance(event, ToolEnd):
-            if not self.thinking:
-                return None
-            output = event.output if len(event.output) <= 800 else event.output[:800] + " …"
-            marker = "✗" if event.is_error else "→"
-            return self._emit(f"{marker} {output}\n")
-        if isinstance(event, NewSegment) and self.text and not self.in_block:
-            return self._emit("\n\n")
-        return None
-
-    def finish(self) -> str:
-        return self._emit(self._close())
-
-
-async def stream_completion(
-    events: AsyncIterator[Event | None],
-    renderer: DeltaRenderer,
-    completion_id: str,
-    created: int,
-    model: str,
-    include_usage: bool,
-    prompt: str,
-) -> AsyncIterator[str]:
-    yield chunk(completion_id, created, model, {"role": "assistant", "content": ""}, None)
-    opening = renderer.start()
-    if opening:
-        yield chunk(completion_id, created, model, {"content": opening}, None)
-    usage: Usage | None = None
-    async for event in events:
-        if isinstance(event, Usage):
-            usage = event
-        elif isinstance(event, RunFailed):  # the error, then the stream ends as usual
-            error = openai_error_body(event.error, 500, code="agent_run_failed")
-            yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n"
-            break
-        elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
-            break
-        else:
-            piece = renderer.render(event) if event is not None else None
-            if piece:
-                yield chunk(completion_id, created, model, {"content": piece}, None)
-            elif event is None or isinstance(event, ToolStart | ToolEnd):
-                yield KEEPALIVE
-    closing = renderer.finish()
-    if closing:
-        yield chunk(completion_id, created, model, {"content": closing}, None)
-    yield chunk(completion_id, created, model, {}, finish_reason(usage))
-    if include_usage:
-        body = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [],
-            "usage": usage_body(usage, prompt, renderer.text),
-        }
-        yield f"data: {json.dumps(body)}\n\n"
-    yield "data: [DONE]\n\n"
 
 
 def resolve_options(
@@ -355,69 +206,58 @@ async def chat_completions(
         run = await services.sessions.start_turn(
             session_id, turn.text, prior=turn.prior, title=False, context=context
         )
-    except InvalidSessionId as exc:
-        return openai_error(str(exc), 400, code="invalid_session_id", param="session_id")
-    except SessionCorrupt:
-        return openai_error(f"session {session_id!r} has a corrupt transcript", 409, code="session_corrupt")
-    except SessionBusy:
-        return openai_error(
-            f"session {session_id!r} is still answering a previous message", 409, code="session_busy"
-        )
+    except SESSION_ERRORS as exc:
+        return openai_api_error(session_error(exc, session_id))
     headers = {"X-Session-ID": session_id}
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
     prompt = "\n".join(message_text(m) for m in messages)
-    renderer = DeltaRenderer(options.thinking, session_id, note)
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
-    return await respond(body, events, renderer, prompt, headers, session_id)
+    return await respond(body, events, prompt, headers, session_id, options.thinking, note)
 
 
 async def respond(
     body: ChatCompletionRequest,
     events: AsyncIterator[Event | None],
-    renderer: DeltaRenderer,
     prompt: str,
     headers: dict[str, str],
     session_id: str | None,
+    thinking: str | None = None,
+    note: str = "",
 ) -> Response:
     """The completion (streamed or not) of a run's ``events``; ``session_id`` None for an answer
     that belongs to no session."""
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
+    stream = ChatCompletionStream(
+        thinking=thinking,
+        session_id=session_id or "",
+        note=note,
+        completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=body.model,
+        prompt=prompt,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+    )
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(
-            stream_completion(events, renderer, completion_id, created, body.model, include_usage, prompt),
-            media_type="text/event-stream",
-            headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-    renderer.start()
-    usage: Usage | None = None
-    async for event in events:
-        if isinstance(event, Usage):
-            usage = event
-        elif isinstance(event, RunFailed):
-            response = openai_error(event.error, 500, code="agent_run_failed", run_started=True)
-            response.headers.update(headers)
-            return response
-        elif isinstance(event, RunFinished | RunCancelled | RunWaiting):
-            renderer.finish()
-        else:
-            renderer.render(event)
+        return stream.response(events, headers)
+    await stream.consume(events)
+    if isinstance(stream.end, RunFailed):
+        response = openai_error(stream.end.error, 500, code="agent_run_failed", run_started=True)
+        response.headers.update(headers)
+        return response
     completion: dict[str, Any] = {
-        "id": completion_id,
+        "id": stream.completion_id,
         "object": "chat.completion",
-        "created": created,
+        "created": stream.created,
         "model": body.model,
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": renderer.text},
-                "finish_reason": finish_reason(usage),
+                "message": {"role": "assistant", "content": stream.content},
+                "finish_reason": finish_reason(stream.usage),
                 "logprobs": None,
             }
         ],
-        "usage": usage_body(usage, prompt, renderer.text),
+        "usage": usage_body(stream.usage, prompt, stream.content),
     }
     if session_id is not None:
         completion["session_id"] = session_id
@@ -428,9 +268,7 @@ async def answer_task(body: ChatCompletionRequest, workspaces: Workspaces, promp
     """An Open WebUI background task (see :mod:`clawlet.api.openai.tasks`): the model alone, in
     no session, whatever session or options the request names."""
     engine = workspaces.default.engine
-    renderer = DeltaRenderer(None, "")
-    events = task_events(engine, prompt, body.sampling())
-    return await respond(body, events, renderer, prompt, {}, None)
+    return await respond(body, task_events(engine, prompt, body.sampling()), prompt, {}, None)
 
 
 def model_not_found(model: str) -> JSONResponse:

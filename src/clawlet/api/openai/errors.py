@@ -5,9 +5,12 @@ Every SDK reads this shape; FastAPI's ``{"detail": ...}`` would lose the message
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse
+
+if TYPE_CHECKING:  # clawlet.api.errors renders its own errors with this module
+    from clawlet.api.errors import ApiError
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -45,3 +48,15 @@ def openai_error(
     that retry 5xx do not start the agent again."""
     headers = {"x-should-retry": "false"} if run_started or status == 409 else None
     return JSONResponse(openai_error_body(message, status, code, param), status_code=status, headers=headers)
+
+
+def openai_api_error(error: ApiError) -> JSONResponse:
+    """``error`` (clawlet's own error format) in OpenAI's: a bad request is a 400 whose code
+    names the field (``invalid_session_id``)."""
+    details = error.details
+    param = None
+    if isinstance(details, list) and details and isinstance(details[0], dict):
+        param = details[0].get("field")
+    code = f"invalid_{param}" if error.code == "invalid_request" and param else error.code
+    status = 400 if error.status == 422 else error.status
+    return openai_error(error.message, status, code=code, param=param)

@@ -10,7 +10,6 @@ continuation exactly like ``/api/chat``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter
@@ -19,26 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
-from clawlet.api.sse import KEEPALIVE, sse_frame, workbench_event
-from clawlet.api.workbench.sessions import corrupt_error
-from clawlet.engine.approvals import Decision, InvalidDecision, pending_to_json
+from clawlet.api.event_stream import KEEPALIVE_SECONDS
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
+from clawlet.api.workbench.stream import WorkbenchStream
+from clawlet.engine.approvals import Decision, pending_to_json
 from clawlet.engine.context import RunContext
-from clawlet.events import RunCancelled, RunFailed, RunFinished, RunWaiting, Title
-from clawlet.runtime.base import RuntimeError_
+from clawlet.events import RunCancelled, RunFailed, RunWaiting
 from clawlet.runtime.manager import (
-    ApprovalDecided,
-    ApprovalNotFound,
     Run,
-    SessionBusy,
-    SessionWaiting,
 )
 from clawlet.services import Services
-from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, validate_session_id
+from clawlet.sessions.store import InvalidSessionId, validate_session_id
 
 router = APIRouter()
 
 MAX_MESSAGE_CHARS = 100_000
-KEEPALIVE_SECONDS = 15.0
 WORKBENCH_CONTEXT = RunContext(approval_mode="ask")
 """The workbench can show approval cards and questions, so its turns ask."""
 
@@ -80,50 +74,25 @@ class DecisionRequest(BaseModel):
         return self
 
 
-async def _sse(run: Run) -> AsyncIterator[str]:
-    async for event in run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True):
-        if event is None:
-            yield KEEPALIVE
-            continue
-        mapped = workbench_event(event)
-        if mapped is not None:
-            yield sse_frame(*mapped)
-
-
 async def _collect(run: Run) -> dict[str, Any]:
-    result: dict[str, Any] = {"session_id": run.session_id, "content": "", "title": None}
-    async for event in run.events():
-        if isinstance(event, RunFinished | RunCancelled):
-            result["content"] = event.content
-            result["cancelled"] = isinstance(event, RunCancelled)
-        elif isinstance(event, RunWaiting):
-            result["content"] = event.content
-            result["cancelled"] = False
-            result["waiting"] = True
-            result["pending"] = [pending_to_json(item) for item in event.pending]
-        elif isinstance(event, RunFailed):
-            raise ApiError(502, "run_failed", event.error)
-        elif isinstance(event, Title):
-            result["title"] = event.title
+    stream = WorkbenchStream()
+    await stream.consume(run.events())
+    end = stream.end
+    if isinstance(end, RunFailed):
+        raise ApiError(502, "run_failed", end.error)
+    result: dict[str, Any] = {"session_id": run.session_id, "content": "", "title": stream.title}
+    if end is not None:
+        result["content"] = end.content
+        result["cancelled"] = isinstance(end, RunCancelled)
+    if isinstance(end, RunWaiting):
+        result["waiting"] = True
+        result["pending"] = [pending_to_json(item) for item in end.pending]
     return result
 
 
 def _respond(run: Run, session_id: str) -> StreamingResponse:
-    return StreamingResponse(
-        _sse(run),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Session-ID": session_id},
-    )
-
-
-def waiting_error(exc: SessionWaiting) -> ApiError:
-    return ApiError(
-        409,
-        "session_waiting",
-        f"session {exc.session_id!r} is waiting for a decision; decide it "
-        f"(POST /api/sessions/{exc.session_id}/approvals/<approval_id>) or cancel it first",
-        {"pending": [pending_to_json(item) for item in exc.pending]},
-    )
+    events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
+    return WorkbenchStream().response(events, {"X-Session-ID": session_id})
 
 
 @router.post("/chat", response_model=None)
@@ -134,16 +103,8 @@ async def chat(body: ChatRequest, services: ServicesDep) -> StreamingResponse | 
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(session_id, body.message, context=WORKBENCH_CONTEXT)
-    except InvalidSessionId as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from exc
-    except SessionCorrupt as exc:
-        raise corrupt_error(session_id) from exc
-    except SessionWaiting as exc:
-        raise waiting_error(exc) from exc
-    except SessionBusy as exc:
-        raise ApiError(
-            409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"
-        ) from exc
+    except SESSION_ERRORS as exc:
+        raise session_error(exc, session_id) from exc
     if not body.stream:
         return await _collect(run)
     return _respond(run, session_id)
@@ -180,25 +141,8 @@ async def decide_approval(
     decision = Decision(body.decision, body.args, body.message)
     try:
         run = await services.sessions.resume(session_id, approval_id, decision)
-    except ApprovalDecided as exc:
-        raise ApiError(
-            409,
-            "approval_decided",
-            f"approval {approval_id!r} was already decided ({exc.decision})",
-            {"approval_id": approval_id, "decision": exc.decision},
-        ) from exc
-    except ApprovalNotFound as exc:
-        raise ApiError(
-            404, "approval_not_found", f"session {session_id!r} waits for no approval {approval_id!r}"
-        ) from exc
-    except InvalidDecision as exc:
-        raise ApiError(422, "invalid_decision", str(exc)) from exc
-    except SessionBusy as exc:
-        raise ApiError(
-            409, "session_busy", f"session {session_id!r} is still answering; wait or cancel it"
-        ) from exc
-    except RuntimeError_ as exc:
-        raise ApiError(409, "cannot_resume", str(exc)) from exc
+    except SESSION_ERRORS as exc:
+        raise session_error(exc, session_id, approval_id) from exc
     if not body.stream:
         return await _collect(run)
     return _respond(run, session_id)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
+from clawlet.api.session_errors import corrupt_error
 from clawlet.engine.titles import generate_title
 from clawlet.services import Services
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionData, SessionNotFound
@@ -42,14 +43,6 @@ def load_or_404(services: Services, session_id: str) -> SessionData:
         raise ApiError(404, "not_found", f"session {session_id!r} not found") from exc
     except SessionCorrupt as exc:
         raise corrupt_error(session_id) from exc
-
-
-def corrupt_error(session_id: str) -> ApiError:
-    return ApiError(
-        409,
-        "session_corrupt",
-        f"sessions/{session_id}.json is not a valid session file; it was left untouched — fix or delete it",
-    )
 
 
 def summary(session_id: str, data: SessionData) -> dict[str, Any]:
