@@ -48,7 +48,7 @@ def check_sessions(home: Path) -> dict[str, dict[str, Any]]:
             assert message["role"] in ("user", "assistant")
             assert isinstance(message["content"], str)
             for call in message.get("tool_calls", []):
-                assert set(call) == {"tool", "input", "output"}
+                assert set(call) == {"tool", "input", "output", "call_id", "is_error"}
         found[path.stem] = data
     return found
 
