@@ -546,3 +546,26 @@ async def test_a_session_process_turn_is_checkpointed_once_when_it_ends(tmp_path
     messages = newest.checkpoint["channel_values"]["messages"]
     assert [type(m) for m in messages] == [HumanMessage, AIMessage]
     assert messages[-1].text == text
+
+
+async def test_a_turn_without_a_checkpointer_asks_for_no_checkpoints(tmp_path: Path) -> None:
+    """Local mode's plain agent has no checkpointer: LangGraph is given no durability option, which
+    it would warn about on every turn."""
+    import warnings
+
+    from clawlet.config import RuntimeConfig, Settings
+    from clawlet.engine.agent import AgentEngine
+    from clawlet.memory.stores import KnowledgeBase, MemoryIndex
+
+    settings = Settings(provider="demo", home=tmp_path / "home")
+    engine = AgentEngine(
+        settings,
+        RuntimeConfig(settings.paths.config_file),
+        MemoryIndex(settings.paths, None),
+        KnowledgeBase(settings.paths, None),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text = "".join([getattr(event, "text", "") async for event in engine.stream("hello there", [])])
+    assert "hello there" in text
+    assert not [w for w in caught if "durability" in str(w.message)], [str(w.message) for w in caught]

@@ -303,7 +303,8 @@ class AgentEngine:
         }
         # one checkpoint when the run ends or pauses, not one per step: a turn is continued only
         # from its pause point, and a checkpointed session process keeps just its last turn
-        options: dict[str, Any] = {"durability": "exit"}
+        # (LangGraph warns about the option on a graph without a checkpointer)
+        options: dict[str, Any] = {"durability": "exit"} if agent.checkpointer else {}
         inputs: Any
         already_reported: set[str] = set()  # tool calls whose results were streamed before a pause
         waiting_before: set[str] = set()
