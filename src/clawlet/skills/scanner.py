@@ -1,8 +1,10 @@
 """Scan ``skills/*/SKILL.md``, check requirements, and write ``SKILLS_SNAPSHOT.md``.
 
 Frontmatter follows OpenClaw/ClawHub: ``name``, ``description`` (required), and ``metadata`` whose
-``openclaw`` (legacy ``clawdbot``) key may hold ``requires: {bins, anyBins, env}`` and ``os``.
-A malformed SKILL.md is reported in the scan result and skipped; it never stops the scan.
+``openclaw`` (legacy ``clawdbot``) key holds the manifest judged by :mod:`clawlet.skills.requirements`
+under the skills config ``<home>/openclaw.json`` (OpenClaw's shape). The skills of the enabled plugins
+in ``<home>/plugins`` (:mod:`clawlet.skills.plugins`) count too; :func:`openclaw_install_roots` gives the
+skills an OpenClaw package ships, judged the same way. A malformed SKILL.md is reported in the scan result and skipped; it never stops the scan.
 SKILL.md files are read through the path guard (``clawlet.paths``): a skill directory or file
 linked from outside the home, or a multiply linked SKILL.md, is reported and skipped the same way.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +82,37 @@ class SkillRoot:
     source: str
 
 
+#: Free-text fields whose unquoted value may contain ``: `` (OpenClaw quotes them and parses again).
+_FREEFORM_FIELD = re.compile(r"^(description|read_when|summary):[ \t]*(.*)$")
+
+
+def _quote_freeform_line(header: str, line_number: int) -> str | None:
+    """``header`` with the free-text field on ``line_number`` quoted as one JSON string, or ``None``."""
+    lines = header.split("\n")
+    match = _FREEFORM_FIELD.match(lines[line_number]) if line_number < len(lines) else None
+    value = match.group(2).strip() if match else ""
+    if match is None or not value or re.fullmatch(r"[|>][1-9+-]*", value):
+        return None
+    if len(value) > 1 and value[0] in "\"'" and value[-1] == value[0]:
+        value = value[1:-1]
+    lines[line_number] = f"{match.group(1)}: {json.dumps(value, ensure_ascii=False)}"
+    return "\n".join(lines)
+
+
+def _load_yaml_header(header: str) -> Any:
+    """The YAML frontmatter; like OpenClaw, an unquoted ``description: a: b`` is read as text."""
+    for _attempt in range(4):
+        try:
+            return yaml.safe_load(header) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            recovered = _quote_freeform_line(header, mark.line) if mark is not None else None
+            if recovered is None or recovered == header:
+                raise SkillError(f"invalid YAML frontmatter: {exc}") from exc
+            header = recovered
+    raise SkillError("invalid YAML frontmatter")
+
+
 def split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
     """Return (frontmatter mapping, body); text without frontmatter has an empty mapping."""
     text = text.removeprefix("\ufeff")
@@ -89,10 +123,7 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
         if lines[index].strip() == "---":
             header = "".join(lines[1:index])
             body = "".join(lines[index + 1 :])
-            try:
-                data = yaml.safe_load(header) or {}
-            except yaml.YAMLError as exc:
-                raise SkillError(f"invalid YAML frontmatter: {exc}") from exc
+            data = _load_yaml_header(header)
             if not isinstance(data, dict):
                 raise SkillError("frontmatter must be a mapping")
             return data, body
