@@ -4,7 +4,8 @@ Frontmatter follows OpenClaw/ClawHub: ``name``, ``description`` (required), and 
 ``openclaw`` (legacy ``clawdbot``) key holds the manifest judged by :mod:`clawlet.skills.requirements`
 under the skills config ``<home>/openclaw.json`` (OpenClaw's shape). The skills of the enabled plugins
 in ``<home>/plugins`` (:mod:`clawlet.skills.plugins`) count too; :func:`openclaw_install_roots` gives the
-skills an OpenClaw package ships, judged the same way. A malformed SKILL.md is reported in the scan result and skipped; it never stops the scan.
+skills an OpenClaw package ships, judged the same way.
+A malformed SKILL.md is reported in the scan result and skipped; it never stops the scan.
 SKILL.md files are read through the path guard (``clawlet.paths``): a skill directory or file
 linked from outside the home, or a multiply linked SKILL.md, is reported and skipped the same way.
 """
