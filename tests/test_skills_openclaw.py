@@ -157,10 +157,19 @@ def test_default_config_agrees_with_openclaw(
 def test_config_agrees_with_openclaw_for_all_60_skills(
     install: OpenClawInstall, shared_path: str, tmp_path: Path
 ) -> None:
-    theirs = openclaw_skills(install, tmp_path / "oc", shared_path, CONFIG)
-    ours = clawlet_skills(package_dir(install), CONFIG)
+    package = package_dir(install)
+    # every bundled skill but two is in skills.allowBundled (plugin skills are not bundled ones)
+    bundled = [
+        item.name for item in clawlet_skills(package, {}).values() if item.source.startswith("openclaw-")
+    ]
+    allowed = sorted(set(bundled) - {"github", "healthcheck", "browser-automation"})
+    config = {**CONFIG, "skills": {**CONFIG["skills"], "allowBundled": allowed}}
+    theirs = openclaw_skills(install, tmp_path / "oc", shared_path, config)
+    ours = clawlet_skills(package, config)
     assert_same_verdicts(ours, theirs)
     assert len(ours) == 60
+    assert ours["github"].blocked_by_allowlist and not ours["github"].available  # `gh` is on PATH
+    assert not ours["browser-automation"].blocked_by_allowlist and ours["browser-automation"].available
     assert ours["coding-agent"].available  # its config requirement is satisfied, `claude` is on PATH
     assert ours["weather"].disabled and not ours["weather"].available
     assert ours["1password"].disabled and not ours["1password"].available

@@ -30,7 +30,6 @@ from clawlet.skills.requirements import (
     SkillError,
     SkillManifest,
     evaluate,
-    string_list,
     unmet_requirements,
 )
 from clawlet.storage import atomic_write_text
@@ -150,10 +149,6 @@ def _openclaw_metadata(front: dict[str, Any]) -> dict[str, Any]:
             inner: dict[str, Any] = metadata[key]
             return inner
     return {}
-
-
-def _as_list(value: Any) -> list[str]:
-    return string_list(value)
 
 
 def manifest_of(front: dict[str, Any]) -> SkillManifest:
