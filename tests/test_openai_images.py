@@ -14,6 +14,7 @@ import pytest
 
 from clawlet.config import Settings
 from clawlet.engine.context import RunContext
+from clawlet.llm.images import Image
 from clawlet.llm.response_format import parse_response_format
 from clawlet.runtime.approvals import context_from_json, context_to_json
 from clawlet.runtime.process_pipe import decode_context, encode_context
@@ -54,8 +55,10 @@ def test_images_reach_an_openai_compatible_upstream(live_server: Callable[..., L
             "type": "text",
             "text": "What is in these?\n\n[image: image/png, 3 KB]\n[image: " + WEB_URL + "]",
         }
-        assert [part["image_url"]["url"] for part in images] == [DATA_URL, WEB_URL]
-        assert all(part["type"] == "image_url" for part in images)
+        assert images == [
+            {"type": "image_url", "image_url": {"url": DATA_URL, "detail": "low"}},
+            {"type": "image_url", "image_url": {"url": WEB_URL, "detail": "low"}},
+        ]
 
         # the next turn of the session: the history keeps the notes, not the image bytes
         session = first.headers["x-session-id"]
@@ -91,6 +94,7 @@ def test_a_model_without_images_refuses_them(server: LiveServer) -> None:
     [
         ({"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}, "data:image/"),
         ({"type": "image_url", "image_url": {}}, "image_url.url"),
+        ({"type": "image_url", "image_url": {"url": WEB_URL, "detail": "max"}}, "image_url.detail"),
         (
             {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
             "'input_audio' are not supported",
@@ -115,7 +119,7 @@ def test_the_new_context_fields_survive_the_process_pipe_and_a_pause() -> None:
     fmt = parse_response_format(
         {"type": "json_schema", "json_schema": {"name": "A", "schema": {"type": "object"}}}
     )
-    context = RunContext(response_format=fmt, images=(WEB_URL,))
+    context = RunContext(response_format=fmt, images=(Image(WEB_URL, "low"), Image(DATA_URL)))
     assert decode_context(encode_context(context)) == context
     paused = context_from_json(context_to_json(context))
     assert paused.response_format == fmt and paused.images == ()

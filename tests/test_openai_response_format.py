@@ -144,6 +144,19 @@ def test_a_call_without_tools_asks_the_upstream_for_the_format(
         assert json.loads(answer.choices[0].message.content or "") == CITY
         assert llm.requests[1]["response_format"] == {"type": "json_object"}
 
+        llm.set_script([text_turn(json.dumps(CITY))])
+        chat = ChatOpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="x",
+            model="clawlet",
+            max_retries=0,
+            extra_body={"allowed_tools": []},
+        )
+        assert chat.with_structured_output(City).invoke("Describe Lyon") == City(**CITY)  # type: ignore[arg-type]
+        native = llm.requests[2]["response_format"]
+        assert native["type"] == "json_schema" and native["json_schema"]["name"] == "City"
+        assert set(native["json_schema"]["schema"]["properties"]) == set(CITY)
+
 
 def test_an_invalid_answer_gets_one_corrective_call(live_server: Callable[..., LiveServer]) -> None:
     """The draft is not valid: one call without tools, asking natively and saying why; the draft

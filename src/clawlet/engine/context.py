@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from clawlet.llm.images import Image
 from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 
@@ -26,7 +27,7 @@ class RunContext:
     about, ``skipped_approval`` are ``ask`` tools it runs without asking; ``resume_call_ids`` are
     the tool calls a resumed run waits on (always asked, whatever the policy says by then);
     ``sampling`` the client's sampling options for each model call; ``response_format`` the shape
-    of the final answer (:mod:`clawlet.engine.structured`); ``images`` the URLs of the images sent
+    of the final answer (:mod:`clawlet.engine.structured`); ``images`` the images sent
     with the user message (:mod:`clawlet.llm.images`)."""
 
     allowed_tools: frozenset[str] | None = None
@@ -40,7 +41,7 @@ class RunContext:
     resume_call_ids: frozenset[str] = frozenset()
     sampling: Sampling = NO_SAMPLING
     response_format: ResponseFormat | None = None
-    images: tuple[str, ...] = ()
+    images: tuple[Image, ...] = ()
 
     def tool_allowed(self, name: str) -> bool:
         if name in self.disallowed_tools or name in self.policy_denied or name in self.approval_denied:

@@ -52,7 +52,7 @@ from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import Event, RunFailed
-from clawlet.llm.images import ContentError, accepts_images, image_note, image_url
+from clawlet.llm.images import ContentError, Image, accepts_images, image_note, image_of
 from clawlet.llm.providers import describe_model
 from clawlet.llm.response_format import ResponseFormatError, parse_response_format
 from clawlet.llm.sampling import Sampling
@@ -120,16 +120,16 @@ def message_text(message: ChatMessage) -> str:
         return ""
     text = "".join(str(part.get("text", "")) for part in message.content if part.get("type") == "text")
     notes = "\n".join(
-        image_note(image_url(part)) for part in message.content if part.get("type") == "image_url"
+        image_note(image_of(part).url) for part in message.content if part.get("type") == "image_url"
     )
     return "\n\n".join(piece for piece in (text, notes) if piece)
 
 
-def message_images(message: ChatMessage) -> tuple[str, ...]:
-    """The image URLs of a message."""
+def message_images(message: ChatMessage) -> tuple[Image, ...]:
+    """The images of a message."""
     if not isinstance(message.content, list):
         return ()
-    return tuple(image_url(part) for part in message.content if part.get("type") == "image_url")
+    return tuple(image_of(part) for part in message.content if part.get("type") == "image_url")
 
 
 def content_error(messages: list[ChatMessage]) -> JSONResponse | None:
@@ -139,7 +139,7 @@ def content_error(messages: list[ChatMessage]) -> JSONResponse | None:
             kind = part.get("type")
             try:
                 if kind == "image_url":
-                    image_url(part)
+                    image_of(part)
                 elif kind != "text":
                     raise ContentError(
                         f"content parts of type {kind!r} are not supported: send 'text' or 'image_url'"
