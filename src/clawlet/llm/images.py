@@ -22,7 +22,7 @@ IMAGE_PROVIDERS = frozenset({"openai", "anthropic"})
 """Providers whose models are sent images (OpenAI-compatible endpoints and Anthropic); the offline
 demo model and DeepSeek's API take none."""
 
-_DATA_URL = re.compile(r"^data:(image/[\w.+-]+);base64,([A-Za-z0-9+/=\s]+)$")
+_DATA_URL = re.compile(r"^data:(image/[\w.+-]+);base64,([A-Za-z0-9+/]+=*)$")
 _WEB_URL = re.compile(r"^https?://\S+$")
 _NOTE_URL_CHARS = 200
 
@@ -76,7 +76,7 @@ def image_note(url: str) -> str:
     """What the transcript keeps of an image: its type and size, or its web address."""
     found = _DATA_URL.match(url)
     if found:
-        size = len(re.sub(r"\s", "", found.group(2))) * 3 // 4
+        size = len(found.group(2)) * 3 // 4
         return f"[image: {found.group(1)}, {max(1, round(size / 1024))} KB]"
     shown = url if len(url) <= _NOTE_URL_CHARS else url[:_NOTE_URL_CHARS] + "…"
     return f"[image: {shown}]"
