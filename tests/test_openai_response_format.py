@@ -20,6 +20,12 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text
 from tests.conftest import LiveServer
 
 
+class Tree(BaseModel):
+    label: str
+    children: list[Tree]
+    parent: Tree | None = None
+
+
 class City(BaseModel):
     name: str
     population: int
@@ -49,6 +55,9 @@ def test_the_demo_model_answers_in_the_format_asked(server: LiveServer) -> None:
     parsed = client.chat.completions.parse(model="clawlet", messages=hello, response_format=City)  # type: ignore[arg-type]
     city = parsed.choices[0].message.parsed
     assert isinstance(city, City) and city.sights and city.population == 0
+
+    tree = client.chat.completions.parse(model="clawlet", messages=hello, response_format=Tree)  # type: ignore[arg-type]
+    assert isinstance(tree.choices[0].message.parsed, Tree)
 
     plain = client.chat.completions.create(
         model="clawlet",
@@ -207,6 +216,10 @@ def test_an_invalid_answer_gets_one_corrective_call(live_server: Callable[..., L
         assert len(llm.requests) == 6
 
 
+def named(schema: dict[str, object]) -> dict[str, object]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
 @pytest.mark.parametrize(
     ("value", "says"),
     [
@@ -218,6 +231,8 @@ def test_an_invalid_answer_gets_one_corrective_call(live_server: Callable[..., L
             {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}},
             "not a valid JSON Schema",
         ),
+        (named({"$ref": "https://example.com/s"}), "cannot be used"),
+        (named({"type": "string", "pattern": "("}), "is not a 'regex'"),
     ],
 )
 def test_a_bad_response_format_is_a_400(server: LiveServer, value: object, says: str) -> None:

@@ -34,6 +34,23 @@ class ResponseFormatError(ValueError):
     """The request's ``response_format`` is malformed or of an unknown type."""
 
 
+class SchemaUnusable(ValueError):
+    """Checking a value against the schema failed (e.g. a ``$ref`` that cannot be resolved)."""
+
+
+def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
+    """Where and why ``value`` does not match ``schema`` (``None`` when it does); raise
+    :class:`SchemaUnusable` when the schema cannot be checked."""
+    try:
+        problem = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+    except Exception as exc:  # referencing errors, bad regexes...: whatever the validator raises
+        raise SchemaUnusable(f"the schema cannot be checked: {type(exc).__name__}: {exc}") from exc
+    if problem is None:
+        return None
+    where = "/".join(str(part) for part in problem.absolute_path) or "(the top level)"
+    return f"at {where}: {problem.message}"
+
+
 @dataclass(frozen=True)
 class ResponseFormat:
     """``schema_json`` is the JSON Schema as canonical JSON text (``""`` for ``json_object``)."""
@@ -87,13 +104,11 @@ class ResponseFormat:
             return "", f"it is not valid JSON ({exc})"
         if self.kind == "json_object":
             return (candidate, "") if isinstance(value, dict) else ("", "it is not a JSON object")
-        problem = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(self.schema).iter_errors(value)
-        )
-        if problem is not None:
-            where = "/".join(str(part) for part in problem.absolute_path) or "(the top level)"
-            return "", f"it does not match the schema at {where}: {problem.message}"
-        return candidate, ""
+        try:
+            problem = schema_error(self.schema, value)
+        except SchemaUnusable as exc:
+            return "", str(exc)
+        return (candidate, "") if problem is None else ("", f"it does not match the schema {problem}")
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "schema": self.schema_json, "strict": self.strict}
@@ -143,6 +158,10 @@ def parse_response_format(raw: Any) -> ResponseFormat | None:
         raise ResponseFormatError(
             f"response_format.json_schema.schema is not a valid JSON Schema: {exc.message}"
         ) from exc
+    try:
+        schema_error(schema, example_for_schema(schema, ""))
+    except SchemaUnusable as exc:
+        raise ResponseFormatError(f"response_format.json_schema.schema cannot be used: {exc}") from exc
     strict = spec.get("strict")
     return ResponseFormat(
         "json_schema",
@@ -152,17 +171,26 @@ def parse_response_format(raw: Any) -> ResponseFormat | None:
     )
 
 
-def example_for_schema(schema: Mapping[str, Any], text: str, root: Mapping[str, Any] | None = None) -> Any:
+EXAMPLE_DEPTH = 12
+"""How deep :func:`example_for_schema` builds (a recursive schema gets empty arrays, then ``None``)."""
+
+
+def example_for_schema(
+    schema: Mapping[str, Any], text: str, root: Mapping[str, Any] | None = None, depth: int = 0
+) -> Any:
     """A value valid against the common parts of ``schema`` (objects with their properties, arrays,
-    enums, ``const``, ``anyOf``/``oneOf``/``allOf``, local ``$ref``s), strings filled with ``text``:
+    enums, ``const``, ``anyOf``/``oneOf``/``allOf`` (``null`` when it is a choice), local ``$ref``s),
+    strings filled with ``text``:
     what the offline demo model answers."""
     root = schema if root is None else root
+    if depth > EXAMPLE_DEPTH * 2:
+        return None
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/"):
         target: Any = root
         for part in ref[2:].split("/"):
             target = target.get(part, {}) if isinstance(target, Mapping) else {}
-        return example_for_schema(target, text, root)
+        return example_for_schema(target, text, root, depth + 1)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -172,18 +200,20 @@ def example_for_schema(schema: Mapping[str, Any], text: str, root: Mapping[str, 
     for key in ("anyOf", "oneOf", "allOf"):
         options = schema.get(key)
         if isinstance(options, list) and options:
-            return example_for_schema(options[0], text, root)
+            if key != "allOf" and {"type": "null"} in options:
+                return None  # an optional value: left out, and no recursion into it
+            return example_for_schema(options[0], text, root, depth + 1)
     kind = schema.get("type", "object" if "properties" in schema else "string")
     if isinstance(kind, list):
         kind = next((item for item in kind if item != "null"), "null")
     if kind == "object":
         properties = schema.get("properties") or {}
-        return {key: example_for_schema(value, text, root) for key, value in properties.items()}
+        return {key: example_for_schema(value, text, root, depth + 1) for key, value in properties.items()}
     if kind == "array":
         items = schema.get("items")
-        count = int(schema.get("minItems", 1 if isinstance(items, Mapping) else 0))
+        count = int(schema.get("minItems", 1 if isinstance(items, Mapping) and depth < EXAMPLE_DEPTH else 0))
         return (
-            [example_for_schema(items, text, root) for _ in range(count)]
+            [example_for_schema(items, text, root, depth + 1) for _ in range(count)]
             if isinstance(items, Mapping)
             else []
         )
