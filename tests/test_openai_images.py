@@ -38,7 +38,9 @@ def image_message(text: str, *urls: str) -> dict[str, object]:
 
 def test_images_reach_an_openai_compatible_upstream(live_server: Callable[..., LiveServer]) -> None:
     with ScriptedOpenAIServer() as llm:
-        llm.set_script([text_turn("A cat."), text_turn("Still a cat."), text_turn("An image.")])
+        llm.set_script(
+            [text_turn("A cat."), text_turn("Still a cat."), text_turn("An image."), text_turn("Noted.")]
+        )
         server = live_server(
             Settings(provider="openai", llm_base_url=llm.base_url, llm_model="m", llm_api_key="k")
         )
@@ -77,6 +79,15 @@ def test_images_reach_an_openai_compatible_upstream(live_server: Callable[..., L
             alone[0] == {"type": "text", "text": f"[image: {WEB_URL}]"}
             and alone[1]["image_url"]["url"] == WEB_URL
         )
+
+        # images of earlier messages (seeding a new session) become notes
+        earlier_turns = [image_message("Look", DATA_URL), {"role": "assistant", "content": "Ok."}]
+        client.chat.completions.create(
+            model="clawlet", messages=[*earlier_turns, {"role": "user", "content": "And?"}]
+        )  # type: ignore[list-item]
+        seeded = llm.requests[3]["messages"]
+        assert {"role": "user", "content": "Look\n\n[image: image/png, 3 KB]"} in seeded
+        assert seeded[-1] == {"role": "user", "content": "And?"} and PIXEL not in str(seeded)
 
 
 def test_a_model_without_images_refuses_them(server: LiveServer) -> None:

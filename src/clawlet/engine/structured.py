@@ -51,9 +51,10 @@ class ResponseFormatMiddleware(AgentMiddleware[Any, RunContext, Any]):
             model_settings={**request.model_settings, **wanted.for_provider(self.provider)}
         )
 
-    def _correction(self, request: ModelRequest[Any], answer: AIMessage, reason: str) -> ModelRequest[Any]:
-        wanted = context_of(request.runtime).response_format
-        assert wanted is not None
+    def _correction(
+        self, request: ModelRequest[Any], wanted: ResponseFormat, answer: AIMessage, reason: str
+    ) -> ModelRequest[Any]:
+        """The corrective call: the invalid answer, why it is not valid, no tools."""
         messages = [*request.messages, answer, HumanMessage(correction(reason, wanted))]
         return self._prepared(request.override(messages=messages, tools=[], tool_choice=None), wanted)
 
@@ -86,7 +87,7 @@ class ResponseFormatMiddleware(AgentMiddleware[Any, RunContext, Any]):
         response, answer, reason = self._final(handler(self._prepared(request, wanted)), wanted)
         if answer is None:
             return response
-        return self._checked(handler(self._correction(request, answer, reason)), wanted)
+        return self._checked(handler(self._correction(request, wanted, answer, reason)), wanted)
 
     async def awrap_model_call(
         self,
@@ -99,7 +100,7 @@ class ResponseFormatMiddleware(AgentMiddleware[Any, RunContext, Any]):
         response, answer, reason = self._final(await handler(self._prepared(request, wanted)), wanted)
         if answer is None:
             return response
-        return self._checked(await handler(self._correction(request, answer, reason)), wanted)
+        return self._checked(await handler(self._correction(request, wanted, answer, reason)), wanted)
 
     def _checked(self, response: ModelResponse[Any], wanted: ResponseFormat) -> ModelResponse[Any]:
         """The corrective call's response, or :class:`StructuredOutputError` if it is not valid."""

@@ -175,16 +175,14 @@ EXAMPLE_DEPTH = 12
 """How deep :func:`example_for_schema` builds (a recursive schema gets empty arrays, then ``None``)."""
 
 
-def example_for_schema(
-    schema: Mapping[str, Any], text: str, root: Mapping[str, Any] | None = None, depth: int = 0
-) -> Any:
+def example_for_schema(schema: Any, text: str, root: Any = None, depth: int = 0) -> Any:
     """A value valid against the common parts of ``schema`` (objects with their properties, arrays,
     enums, ``const``, ``anyOf``/``oneOf``/``allOf`` (``null`` when it is a choice), local ``$ref``s),
     strings filled with ``text``:
     what the offline demo model answers."""
     root = schema if root is None else root
-    if depth > EXAMPLE_DEPTH * 2:
-        return None
+    if depth > EXAMPLE_DEPTH * 2 or not isinstance(schema, Mapping):
+        return None  # also for the boolean schemas (true accepts anything)
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/"):
         target: Any = root
