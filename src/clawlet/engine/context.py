@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from clawlet.llm.images import Image
+from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 
 ApprovalMode = Literal["ask", "deny", "allow"]
@@ -24,7 +26,9 @@ class RunContext:
     ``policy_denied`` are set to ``deny``, ``approval_denied`` are ``ask`` tools this turn cannot ask
     about, ``skipped_approval`` are ``ask`` tools it runs without asking; ``resume_call_ids`` are
     the tool calls a resumed run waits on (always asked, whatever the policy says by then);
-    ``sampling`` the client's sampling options for each model call."""
+    ``sampling`` the client's sampling options for each model call; ``response_format`` the shape
+    of the final answer (:mod:`clawlet.engine.structured`); ``images`` the images sent
+    with the user message (:mod:`clawlet.llm.images`)."""
 
     allowed_tools: frozenset[str] | None = None
     disallowed_tools: frozenset[str] = frozenset()
@@ -36,6 +40,8 @@ class RunContext:
     skipped_approval: frozenset[str] = frozenset()
     resume_call_ids: frozenset[str] = frozenset()
     sampling: Sampling = NO_SAMPLING
+    response_format: ResponseFormat | None = None
+    images: tuple[Image, ...] = ()
 
     def tool_allowed(self, name: str) -> bool:
         if name in self.disallowed_tools or name in self.policy_denied or name in self.approval_denied:

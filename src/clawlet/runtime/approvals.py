@@ -29,6 +29,7 @@ from typing import Any
 from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_json
 from clawlet.engine.context import RunContext
 from clawlet.events import Pending
+from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import Sampling
 from clawlet.paths import read_text_inside
 from clawlet.runtime.checkpointer import LocalCheckpointer
@@ -48,6 +49,7 @@ def context_to_json(context: RunContext) -> dict[str, Any]:
         "extra_system_prompt": context.extra_system_prompt,
         "approval_mode": context.approval_mode,
         "sampling": context.sampling.to_json(),
+        "response_format": None if context.response_format is None else context.response_format.to_json(),
     }
 
 
@@ -62,6 +64,7 @@ def context_from_json(data: Any) -> RunContext:
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
         approval_mode=mode if mode in ("ask", "deny", "allow") else "ask",
         sampling=Sampling.from_json(data.get("sampling")),
+        response_format=ResponseFormat.from_json(data.get("response_format")),
     )
 
 

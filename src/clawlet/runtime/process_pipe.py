@@ -44,6 +44,8 @@ from clawlet.cluster.protocol import MAX_FRAME_BYTES
 from clawlet.engine.approvals import Decision, PausePoint, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import Event, NewSegment, TextDelta
+from clawlet.llm.images import Image
+from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import Sampling
 from clawlet.runtime.base import UserMessage
 
@@ -76,6 +78,10 @@ def encode_context(context: RunContext) -> dict[str, Any]:
     encoded["extra_system_prompt"] = context.extra_system_prompt
     encoded["approval_mode"] = context.approval_mode
     encoded["sampling"] = context.sampling.to_json()
+    encoded["response_format"] = (
+        None if context.response_format is None else context.response_format.to_json()
+    )
+    encoded["images"] = [image.to_json() for image in context.images]
     return encoded
 
 
@@ -90,6 +96,8 @@ def decode_context(data: Any) -> RunContext:
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
         approval_mode=mode if mode in ("ask", "deny", "allow") else DEFAULT_CONTEXT.approval_mode,
         sampling=Sampling.from_json(data.get("sampling")),
+        response_format=ResponseFormat.from_json(data.get("response_format")),
+        images=tuple(image for image in map(Image.from_json, data.get("images") or ()) if image is not None),
         **sets,
     )
 
