@@ -130,6 +130,68 @@ def test_a_batch_is_stored_in_one_transaction_without_its_replays(log: EventLog)
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_several_sessions_are_stored_in_one_transaction(log: EventLog) -> None:
+    assert log.append(ALICE, "s1", "A", 1, "A1") is not None
+    assert log.append(ALICE, "s4", "A", 1, "A1") is not None
+    counters = session_event_counters
+
+    def updated_at(session_id: str) -> int:
+        with log.engine.connect() as db:
+            query = sa.select(counters.c.updated_at).where(counters.c.session_id == session_id)
+            return int(db.execute(query).scalar_one())
+
+    before = updated_at("s4")
+    statements: list[str] = []
+    commits: list[object] = []
+    sa.event.listen(log.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    sa.event.listen(log.engine, "commit", lambda *args: commits.append(args))
+    stored = log.append_batches(
+        ALICE,
+        [
+            ("s3", [("A", 1, "s3-A1"), ("A", 2, "s3-A2")]),
+            ("s1", [("A", 1, "again"), ("A", 2, "s1-A2")]),
+            ("s4", [("A", 1, "again")]),  # replays alone: stored nothing, its counter untouched
+            ("s2", [(None, None, "s2-x")]),
+        ],
+    )
+    assert [[(a.event["id"], a.event["data"]) for a in batch] for batch in stored] == [
+        [(1, "s3-A1"), (2, "s3-A2")],
+        [(2, "s1-A2")],
+        [],
+        [(1, "s2-x")],
+    ]
+    assert sum(statement.startswith("INSERT INTO session_events") for statement in statements) == 1
+    assert len(commits) == 1
+    assert updated_at("s4") == before and log.last_n("s4") == 1
+    assert [e["data"] for e in log.read("s1", 0)] == ["A1", "s1-A2"] and log.last_n("s3") == 2
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_writers_taking_sessions_in_opposite_orders_never_deadlock(log: EventLog) -> None:
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def write(order: list[str], stream: str) -> None:
+        try:
+            start.wait(30)
+            for seq in range(1, 31):
+                log.append_batches(ALICE, [(session, [(stream, seq, seq)]) for session in order])
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [
+        threading.Thread(target=write, args=(["x", "y", "z"], "forward")),
+        threading.Thread(target=write, args=(["z", "y", "x"], "backward")),
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert not errors and not any(worker.is_alive() for worker in workers)
+    assert [log.count(session) for session in ("x", "y", "z")] == [60, 60, 60]
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 def test_two_control_planes_appending_to_one_session_get_distinct_gap_free_numbers(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from clawlet.controlplane.db import insert_ignoring_duplicates, metadata, now_ms, parse_ts, upsert_where
 from clawlet.sql import writer_lock
@@ -108,10 +108,6 @@ class LogUnavailable(Exception):
     passing trouble, unlike an event it can never store."""
 
 
-class _Duplicate(Exception):
-    """Rolls back an append whose event is stored already."""
-
-
 class EventLog:
     """Appends, replays and prunes the event log; stores and reads transcripts."""
 
@@ -131,77 +127,100 @@ class EventLog:
         return stored[0] if stored else None
 
     def append_batch(self, user_id: str, session_id: str, events: Sequence[NewEvent]) -> list[Appended]:
-        """Store a session's events, in order, in ONE transaction (one counter update, one
-        multi-row insert) with the session's next ``n``s; returns those stored. An event whose
+        """Store a session's events, in order, in ONE transaction with the session's next ``n``s;
+        returns those stored (:meth:`append_batches` of one session)."""
+        return self.append_batches(user_id, [(session_id, events)])[0]
+
+    def append_batches(
+        self, user_id: str, batches: Sequence[tuple[str, Sequence[NewEvent]]]
+    ) -> list[list[Appended]]:
+        """Store several sessions' events in ONE transaction (per session one counter update, one
+        multi-row insert for all); returns, per batch, the events stored. An event whose
         ``(stream, seq)`` is stored already, or whose ``seq`` is not above the highest stored (or
-        earlier in the batch) for its stream, is a replay and left out. :class:`LogUnavailable`
-        when the database cannot be written now (then none of them is stored)."""
+        earlier in the batch) for its stream, is a replay and left out (a batch of replays alone
+        leaves its counter as it was). :class:`LogUnavailable` when the database cannot be written
+        now (then none of them is stored)."""
         now = now_ms()
-        counter = session_event_counters
+        stored: list[list[Appended]] = [[] for _ in batches]
+        rows: list[dict[str, Any]] = []
+        # the counter rows are locked in session order, so two writers never wait on each other
+        order = sorted(range(len(batches)), key=lambda index: batches[index][0])
         try:
             with self._append_lock, self.engine.begin() as db:
-                insert_ignoring_duplicates(
-                    db,
-                    counter,
-                    {"session_id": session_id, "user_id": user_id, "last_n": 0, "updated_at": now},
-                    ["session_id"],
-                )
-                # a write before any read: it takes the counter row's lock (SQLite: the database's)
-                n = int(
-                    db.execute(
-                        sa.update(counter)
-                        .where(counter.c.session_id == session_id)
-                        .values(updated_at=now)
-                        .returning(counter.c.last_n)
-                    ).scalar_one()
-                )
-                highest: dict[str, int | None] = {}
-                for key in {stream or "" for stream, seq, _ in events if seq is not None}:
-                    top = db.execute(
-                        sa.select(sa.func.max(session_events.c.seq)).where(
-                            session_events.c.session_id == session_id, session_events.c.stream == key
-                        )
-                    ).scalar()
-                    highest[key] = None if top is None else int(top)
-                stored: list[Appended] = []
-                rows: list[dict[str, Any]] = []
-                for stream, seq, data in events:
-                    key = stream or ""
-                    previous: int | None = None
-                    if seq is not None:
-                        previous = highest[key]
-                        if previous is not None and seq <= previous:
-                            continue
-                        highest[key] = seq
-                    n += 1
-                    rows.append(
-                        {
-                            "session_id": session_id,
-                            "n": n,
-                            "user_id": user_id,
-                            "stream": key,
-                            "seq": seq,
-                            "data": json.dumps(data, ensure_ascii=False, default=str),
-                            "created_at": now,
-                        }
-                    )
-                    event: SessionEvent = {
-                        "id": n,
-                        "session_id": session_id,
-                        "data": data,
-                        "stream": stream,
-                        "seq": seq,
-                    }
-                    stored.append(Appended(event, previous))
-                if not rows:
-                    raise _Duplicate  # nothing new: leave the counter's time as it was
-                db.execute(sa.update(counter).where(counter.c.session_id == session_id).values(last_n=n))
-                db.execute(sa.insert(session_events), rows)
-        except _Duplicate:
-            return []
+                for index in order:
+                    session_id, events = batches[index]
+                    stored[index], session_rows = self._number(db, user_id, session_id, events, now)
+                    rows.extend(session_rows)
+                if rows:
+                    db.execute(sa.insert(session_events), rows)
         except sa.exc.OperationalError as exc:
             raise LogUnavailable(str(exc.orig)) from exc
         return stored
+
+    def _number(
+        self, db: Connection, user_id: str, session_id: str, events: Sequence[NewEvent], now: int
+    ) -> tuple[list[Appended], list[dict[str, Any]]]:
+        """Give a session's new events their ``n``s (advancing its counter) inside ``db``'s
+        transaction: the events stored and their rows, not inserted yet."""
+        counter = session_event_counters
+        insert_ignoring_duplicates(
+            db,
+            counter,
+            {"session_id": session_id, "user_id": user_id, "last_n": 0, "updated_at": now},
+            ["session_id"],
+        )
+        # a write before any read: it takes the counter row's lock (SQLite: the database's)
+        n = int(
+            db.execute(
+                sa.update(counter)
+                .where(counter.c.session_id == session_id)
+                .values(last_n=counter.c.last_n)
+                .returning(counter.c.last_n)
+            ).scalar_one()
+        )
+        highest: dict[str, int | None] = {}
+        for key in {stream or "" for stream, seq, _ in events if seq is not None}:
+            top = db.execute(
+                sa.select(sa.func.max(session_events.c.seq)).where(
+                    session_events.c.session_id == session_id, session_events.c.stream == key
+                )
+            ).scalar()
+            highest[key] = None if top is None else int(top)
+        stored: list[Appended] = []
+        rows: list[dict[str, Any]] = []
+        for stream, seq, data in events:
+            key = stream or ""
+            previous: int | None = None
+            if seq is not None:
+                previous = highest[key]
+                if previous is not None and seq <= previous:
+                    continue
+                highest[key] = seq
+            n += 1
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "n": n,
+                    "user_id": user_id,
+                    "stream": key,
+                    "seq": seq,
+                    "data": json.dumps(data, ensure_ascii=False, default=str),
+                    "created_at": now,
+                }
+            )
+            event: SessionEvent = {
+                "id": n,
+                "session_id": session_id,
+                "data": data,
+                "stream": stream,
+                "seq": seq,
+            }
+            stored.append(Appended(event, previous))
+        if rows:
+            db.execute(
+                sa.update(counter).where(counter.c.session_id == session_id).values(last_n=n, updated_at=now)
+            )
+        return stored, rows
 
     def read(
         self, session_id: str, after: int, before: int | None = None, limit: int = READ_PAGE

@@ -155,7 +155,7 @@ from clawlet.controlplane.db import (
     now_ms,
 )
 from clawlet.controlplane.event_feed import CATCH_UP_SECONDS, EventNotices, session_channel
-from clawlet.controlplane.event_log import READ_PAGE, EventLog, InvalidTranscript, LogUnavailable
+from clawlet.controlplane.event_log import READ_PAGE, Appended, EventLog, InvalidTranscript, LogUnavailable
 from clawlet.controlplane.event_log import SessionEvent as SessionEvent  # re-exported: what subscribers get
 from clawlet.controlplane.routing import TunnelRouter
 from clawlet.controlplane.userdata import (
@@ -1660,10 +1660,10 @@ class ControlPlane:
         link.to_store.put_nowait(_QueuedEvent(state, stream, seq, frame.get("data")))
 
     async def _write_events(self, link: _VmLink) -> None:
-        """The link's writer: takes every queued event at once and stores each session's share in
-        one transaction (the link's reader never waits for the database), then lets the
-        heartbeats queued among them be acknowledged. An event the database cannot take now
-        closes the link (the execution plane sends it again) and ends the writer."""
+        """The link's writer: takes every queued event at once and stores them all in one
+        transaction (the link's reader never waits for the database), then lets the heartbeats
+        queued among them be acknowledged. An event the database cannot take now closes the link
+        (the execution plane sends it again) and ends the writer."""
         while True:
             items = [await link.to_store.get(), *_drain(link.to_store)]
             batches: dict[_SessionState, list[_QueuedEvent]] = {}
@@ -1671,8 +1671,8 @@ class ControlPlane:
                 if isinstance(item, _QueuedEvent):
                     batches.setdefault(item.state, []).append(item)
             try:
-                for state, batch in batches.items():
-                    await self._store_events(link, state, batch)
+                if batches:
+                    await self._store_events(link, batches)
             except _LinkClosed:
                 _drop_barriers(items)  # their heartbeats are never acknowledged
                 return
@@ -1682,39 +1682,49 @@ class ControlPlane:
             if None in items:
                 return
 
-    async def _store_events(self, link: _VmLink, state: _SessionState, batch: list[_QueuedEvent]) -> None:
-        session_id = state.session_id
-        async with state.append_lock:
+    async def _store_events(self, link: _VmLink, batches: dict[_SessionState, list[_QueuedEvent]]) -> None:
+        """Store the sessions' events (one transaction, their append locks held in session order)
+        and publish what was stored."""
+        states = sorted(batches, key=lambda state: state.session_id)
+        async with contextlib.AsyncExitStack() as locks:
+            for state in states:
+                await locks.enter_async_context(state.append_lock)
+            offered = [
+                (state.session_id, [(queued.stream, queued.seq, queued.data) for queued in batches[state]])
+                for state in states
+            ]
             try:
-                stored = await asyncio.to_thread(
-                    self.event_log.append_batch,
-                    link.user_id,
-                    session_id,
-                    [(queued.stream, queued.seq, queued.data) for queued in batch],
-                )
+                stored = await asyncio.to_thread(self.event_log.append_batches, link.user_id, offered)
             except LogUnavailable as exc:
                 # not stored: the execution plane must not take a later heartbeat's acknowledgement
                 # for them. Closing the link makes it reconnect and send the events again.
-                log.error("could not store events of session %s (%s); closing the link", session_id, exc)
+                names = ", ".join(state.session_id for state in states)
+                log.error("could not store events of session(s) %s (%s); closing the link", names, exc)
                 await self._close_link(link, CLOSE_INTERNAL_ERROR, "could not store an event")
                 raise _LinkClosed from None
-            self.duplicate_events += len(batch) - len(stored)
-            for appended in stored:
-                seq, key = appended.event["seq"], appended.event["stream"] or ""
-                if seq is not None:
-                    last = appended.previous_seq or 0
-                    if seq > last + 1:
-                        log.warning(
-                            "session %s stream %s skipped events %d-%d (the execution plane dropped them)",
-                            session_id,
-                            key,
-                            last + 1,
-                            seq - 1,
-                        )
-                    state.last_seq[key] = seq
-                state.publish(appended.event)
-            if stored:
-                self.notices.stored(session_id, stored[-1].event["id"])
+            for state, appended in zip(states, stored, strict=True):
+                self._published(state, len(batches[state]), appended)
+
+    def _published(self, state: _SessionState, offered: int, stored: list[Appended]) -> None:
+        """Note the ``seq``s just stored and publish the events (``offered`` came in)."""
+        session_id = state.session_id
+        self.duplicate_events += offered - len(stored)
+        for appended in stored:
+            seq, key = appended.event["seq"], appended.event["stream"] or ""
+            if seq is not None:
+                last = appended.previous_seq or 0
+                if seq > last + 1:
+                    log.warning(
+                        "session %s stream %s skipped events %d-%d (the execution plane dropped them)",
+                        session_id,
+                        key,
+                        last + 1,
+                        seq - 1,
+                    )
+                state.last_seq[key] = seq
+            state.publish(appended.event)
+        if stored:
+            self.notices.stored(session_id, stored[-1].event["id"])
 
 
 def _resume_result(row: RequestOutcome) -> ResumeResult:
