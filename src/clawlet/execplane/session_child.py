@@ -461,14 +461,19 @@ class SessionChild:
         await self._send_event(turn_id, final)
 
     async def _finish_turn(self, reply: str, thread_id: str | None) -> None:
+        await asyncio.to_thread(self._save_turn_end, reply, thread_id)  # one trip to a worker thread
+
+    def _save_turn_end(self, reply: str, thread_id: str | None) -> None:
+        """Save the reply to ``conversation.md`` and (``thread_id`` not ``None``) keep only that
+        turn's checkpoints."""
         assert self.memory is not None
         if reply:
             try:
-                await asyncio.to_thread(self.memory.append_message, MEMORY_ROLE_ASSISTANT, reply)
+                self.memory.append_message(MEMORY_ROLE_ASSISTANT, reply)
             except OSError:
                 log.exception("session %s: could not save the reply to conversation.md", self.session_id)
         if thread_id is not None:
-            await asyncio.to_thread(self._drop_older_threads, thread_id)
+            self._drop_older_threads(thread_id)
 
     def _drop_older_threads(self, keep: str) -> None:
         """Delete the checkpoints of earlier turns: the newest checkpoint is the last turn's state."""
