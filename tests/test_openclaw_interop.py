@@ -539,21 +539,30 @@ def test_the_openclaw_cli_drives_clawlets_gateway(
     assert any("cli/cli v4" in message for message in connects), connects
 
 
-@pytest.mark.xfail(
-    reason="clawlet's gateway has no `agent` method, which `openclaw agent` uses", strict=False
-)
-def test_openclaw_agent_command_against_clawlets_gateway(
+def openclaw_cli_home(tmp_path: Path, url: str) -> Path:
+    """An OpenClaw CLI home whose config points the CLI at clawlet's gateway (remote mode)."""
+    cli_home = tmp_path / "openclaw-cli"
+    (cli_home / "state").mkdir(parents=True)
+    remote = {"mode": "remote", "remote": {"url": url, "token": CLAWLET_GATEWAY_TOKEN}}
+    config = {"gateway": remote, "update": {"checkOnStart": False}}
+    (cli_home / "state" / "openclaw.json").write_text(json.dumps(config))
+    return cli_home
+
+
+def test_openclaw_agent_command_prints_clawlets_answer(
     install: OpenClawInstall, tmp_path: Path, live_server: Callable[..., LiveServer]
 ) -> None:
     settings = Settings(home=tmp_path / "gateway-home", gateway_token=CLAWLET_GATEWAY_TOKEN)
     init_home(settings.paths)
     server = live_server(settings)
-    cli_home = tmp_path / "openclaw-cli"
-    (cli_home / "state").mkdir(parents=True)
-    url = f"ws://127.0.0.1:{server.port}/gateway"
-    config = {"gateway": {"mode": "remote", "remote": {"url": url, "token": CLAWLET_GATEWAY_TOKEN}}}
-    (cli_home / "state" / "openclaw.json").write_text(json.dumps(config))
-    result = install.cli(
-        cli_home, "agent", "--session-key", "agent:main:cli-agent", "--message", "hi", "--json", timeout=60
-    )
+    cli_home = openclaw_cli_home(tmp_path, f"ws://127.0.0.1:{server.port}/gateway")
+    key = "agent:main:cli-agent"
+    result = install.cli(cli_home, "agent", "--session-key", key, "--message", "hi from the cli", timeout=120)
     assert result.returncode == 0, result.stdout[-1000:] + result.stderr[-1000:]
+    assert "hi from the cli" in result.stdout  # the demo model echoes the message
+
+    as_json = install.cli(cli_home, "agent", "--session-key", key, "--message", "again, as JSON", "--json")
+    assert as_json.returncode == 0, as_json.stdout[-1000:] + as_json.stderr[-1000:]
+    answer = call_json(as_json)
+    assert answer["status"] == "ok" and answer["summary"] == "completed"
+    assert "again, as JSON" in answer["result"]["payloads"][0]["text"]

@@ -47,7 +47,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,6 +75,7 @@ from clawlet.events import (
     ToolStart,
     Usage,
 )
+from clawlet.gateway import agent_method
 from clawlet.gateway import approvals as wire
 from clawlet.gateway.approvals import GatewayApproval
 from clawlet.gateway.protocol import (
@@ -145,6 +146,8 @@ SESSION_SCOPE = "per-sender"
 #: The scope each method needs (the values of the protocol schema's ``methods`` map).
 METHOD_SCOPES: dict[str, str] = {
     "health": SCOPE_READ,
+    "agent": SCOPE_WRITE,
+    "agent.wait": SCOPE_WRITE,
     "chat.send": SCOPE_WRITE,
     "chat.abort": SCOPE_WRITE,
     "chat.history": SCOPE_READ,
@@ -367,6 +370,23 @@ def param_int(params: dict[str, Any], name: str, *, minimum: int, maximum: int |
     return value
 
 
+def param_message(params: dict[str, Any], method: str) -> str:
+    """The non-empty ``message`` of a ``chat.send`` or ``agent`` request, at most
+    ``MAX_CHAT_MESSAGE_CHARS`` long."""
+    message = params.get("message")
+    if not isinstance(message, str):
+        raise _invalid(f"invalid {method} params: message must be a string")
+    if not message.strip():
+        raise _invalid(f"invalid {method} params: message must not be empty")
+    if len(message) > MAX_CHAT_MESSAGE_CHARS:
+        raise _invalid(
+            f"invalid {method} params: message must be at most {MAX_CHAT_MESSAGE_CHARS} characters "
+            f"(it has {len(message)})",
+            {"maxChars": MAX_CHAT_MESSAGE_CHARS, "chars": len(message)},
+        )
+    return message
+
+
 def param_strings(params: dict[str, Any], name: str) -> list[str]:
     value = params.get(name)
     if value is None:
@@ -374,6 +394,18 @@ def param_strings(params: dict[str, Any], name: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _invalid(f"invalid params: {name} must be an array of strings")
     return list(value)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A request answered twice under its id, as OpenClaw's ``agent`` is: ``accepted`` at once,
+    then ``final``'s result (a payload, or a :class:`GatewayError` it raises)."""
+
+    accepted: dict[str, Any]
+    final: Coroutine[Any, Any, dict[str, Any]]
+
+
+Handler = Callable[["Connection", dict[str, Any]], Awaitable["dict[str, Any] | Deferred"]]
 
 
 # -- connections ---------------------------------------------------------------------------------
@@ -534,6 +566,11 @@ class GatewayRun:
     finished: bool = False
     resumed: bool = False
     """True once the run paused and a continuation streams on (the text so far spans both)."""
+    terminal: dict[str, Any] | None = None
+    """The last ``chat`` event's payload (``final``, ``aborted`` or ``error``) once it was sent."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the run's event stream is over (terminal event sent, or the gateway stopped it)."""
+    ended_ms: int | None = None
 
     @property
     def text(self) -> str:
@@ -589,8 +626,13 @@ class GatewayServer:
         self.runs: dict[str, GatewayRun] = {}
         self._idempotency: OrderedDict[str, str] = OrderedDict()
         self._pumps: set[asyncio.Task[None]] = set()
-        self._handlers: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+        self._ended_runs: OrderedDict[str, GatewayRun] = OrderedDict()
+        """The last runs that ended (``agent.wait`` and a resent ``agent`` still answer for them)."""
+        self._finals: set[asyncio.Task[None]] = set()
+        self._handlers: dict[str, Handler] = {
             "health": self._health,
+            "agent": self._agent,
+            "agent.wait": self._agent_wait,
             "chat.send": self._chat_send,
             "chat.abort": self._chat_abort,
             "chat.history": self._chat_history,
@@ -835,9 +877,33 @@ class GatewayServer:
                 response_error(request_id, GatewayError(UNAVAILABLE, f"{method} failed: internal error"))
             )
             return
+        if isinstance(payload, Deferred):
+            conn.send(response_ok(request_id, payload.accepted))
+            task = asyncio.create_task(self._answer_later(conn, request_id, method, payload.final))
+            self._finals.add(task)
+            task.add_done_callback(self._finals.discard)
+            return
         conn.send(response_ok(request_id, payload))
 
-    async def _dispatch(self, conn: Connection, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _answer_later(
+        self, conn: Connection, request_id: str, method: str, final: Awaitable[dict[str, Any]]
+    ) -> None:
+        """The second response of a :class:`Deferred` request (nothing when the client left)."""
+        try:
+            conn.send(response_ok(request_id, await final))
+        except GatewayError as error:
+            conn.send(response_error(request_id, error))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("gateway method %s failed", method)
+            conn.send(
+                response_error(request_id, GatewayError(UNAVAILABLE, f"{method} failed: internal error"))
+            )
+
+    async def _dispatch(
+        self, conn: Connection, method: str, params: dict[str, Any]
+    ) -> dict[str, Any] | Deferred:
         if method == "connect":
             raise _invalid("invalid request: already connected")
         handler = self._handlers.get(method)
@@ -894,22 +960,60 @@ class GatewayServer:
     async def _chat_send(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         key = param_str(params, "sessionKey", max_length=512)
         idempotency_key = param_str(params, "idempotencyKey")
-        message = params.get("message")
-        if not isinstance(message, str):
-            raise _invalid("invalid chat.send params: message must be a string")
-        if not message.strip():
-            raise _invalid("invalid chat.send params: message must not be empty")
-        if len(message) > MAX_CHAT_MESSAGE_CHARS:
-            raise _invalid(
-                f"invalid chat.send params: message must be at most {MAX_CHAT_MESSAGE_CHARS} characters "
-                f"(it has {len(message)})",
-                {"maxChars": MAX_CHAT_MESSAGE_CHARS, "chars": len(message)},
-            )
+        message = param_message(params, "chat.send")
         assert key is not None and idempotency_key is not None
         if idempotency_key in self._idempotency:
             self._idempotency.move_to_end(idempotency_key)
             return {"runId": idempotency_key, "status": "ok"}
-        target = await self.resolve(key)
+        await self._start_run(conn, await self.resolve(key), message, idempotency_key)
+        return {"runId": idempotency_key, "status": "started"}
+
+    async def _agent(self, conn: Connection, params: dict[str, Any]) -> Deferred | dict[str, Any]:
+        """``agent {message, idempotencyKey, sessionKey? | agentId? sessionId?}`` (``openclaw agent``):
+        ``{status:"accepted"}`` at once, then the run's result under the same request id."""
+        idempotency_key = param_str(params, "idempotencyKey")
+        message = param_message(params, "agent")
+        assert idempotency_key is not None
+        key = agent_method.session_key_of(params)
+        known = self.runs.get(idempotency_key) or self._ended_runs.get(idempotency_key)
+        if known is None and idempotency_key in self._idempotency:
+            return {"runId": idempotency_key, "status": "in_flight", "summary": "already started"}
+        if known is None:
+            known = await self._start_run(conn, await self.resolve(key), message, idempotency_key)
+        return Deferred(agent_method.accepted(known), self._agent_outcome(known, params.get("timeout")))
+
+    async def _agent_outcome(self, gateway_run: GatewayRun, timeout: Any) -> dict[str, Any]:
+        """The ``agent`` request's final response; a run past ``timeout`` seconds (when > 0) is
+        aborted and reported as ``timeout``."""
+        limit = (
+            timeout if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0 else None
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(gateway_run.ended.wait()), limit)
+        except TimeoutError:
+            gateway_run.aborted = True
+            gateway_run.wake.set()
+            await gateway_run.target.services.sessions.cancel(gateway_run.target.session_id)
+            await gateway_run.ended.wait()
+        return agent_method.outcome(gateway_run)
+
+    async def _agent_wait(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``agent.wait {runId, timeoutMs?}`` → ``{runId, status: ok|error|timeout, ...}``."""
+        run_id = param_str(params, "runId")
+        timeout_ms = param_int(params, "timeoutMs", minimum=0)
+        assert run_id is not None
+        gateway_run = self.runs.get(run_id) or self._ended_runs.get(run_id)
+        if gateway_run is None:
+            raise _invalid("agent run was not found")
+        with contextlib.suppress(TimeoutError):
+            limit = (timeout_ms if timeout_ms is not None else agent_method.WAIT_DEFAULT_MS) / 1000
+            await asyncio.wait_for(asyncio.shield(gateway_run.ended.wait()), limit)
+        return agent_method.wait_result(gateway_run)
+
+    async def _start_run(
+        self, conn: Connection, target: Target, message: str, idempotency_key: str
+    ) -> GatewayRun:
+        """Start a turn in the target session and stream its events to every reader."""
         # Reserved before the first await that starts the run, so a concurrent resend is deduplicated.
         self._remember(idempotency_key, target.key)
         context = ASK_CONTEXT if wire.asks(conn.scopes, conn.caps) else DEFAULT_CONTEXT
@@ -942,7 +1046,7 @@ class GatewayServer:
         gateway_run.task = task
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
-        return {"runId": idempotency_key, "status": "started"}
+        return gateway_run
 
     def _remember(self, idempotency_key: str, key: str) -> None:
         self._idempotency[idempotency_key] = key
@@ -1166,6 +1270,10 @@ class GatewayServer:
                 self._drop_pending(gateway_run, approval_id)
             if self.runs.get(gateway_run.run_id) is gateway_run:
                 del self.runs[gateway_run.run_id]
+            self._ended_runs[gateway_run.run_id] = gateway_run
+            while len(self._ended_runs) > IDEMPOTENCY_MEMORY:
+                self._ended_runs.popitem(last=False)
+            gateway_run.ended.set()
 
     async def _stream(self, gateway_run: GatewayRun) -> RunWaiting | None:
         """Stream one clawlet run; its ``RunWaiting`` if it paused, else None (terminal event sent)."""
@@ -1178,6 +1286,8 @@ class GatewayServer:
         for approval in list(gateway_run.pending.values()):
             self._settle(approval, wire.CANCELLED)
         gateway_run.finished = True
+        gateway_run.terminal = payload
+        gateway_run.ended_ms = now_ms()
         self._broadcast_chat(gateway_run, payload)
 
     # -- approvals --------------------------------------------------------------------------------
