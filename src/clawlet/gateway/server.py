@@ -75,7 +75,7 @@ from clawlet.events import (
     ToolStart,
     Usage,
 )
-from clawlet.gateway import agent_method
+from clawlet.gateway import agent_method, operator
 from clawlet.gateway import approvals as wire
 from clawlet.gateway.approvals import GatewayApproval
 from clawlet.gateway.protocol import (
@@ -119,6 +119,7 @@ from clawlet.gateway.protocol import (
     response_error,
     response_ok,
 )
+from clawlet.logs import LOG_RING
 from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 from clawlet.services import InvalidWorkspace, Services, Workspaces
@@ -148,6 +149,13 @@ METHOD_SCOPES: dict[str, str] = {
     "health": SCOPE_READ,
     "agent": SCOPE_WRITE,
     "agent.wait": SCOPE_WRITE,
+    "status": SCOPE_READ,
+    "system-presence": SCOPE_READ,
+    "logs.tail": SCOPE_READ,
+    "usage.cost": SCOPE_READ,
+    "diagnostics.stability": SCOPE_READ,
+    "config.get": SCOPE_READ,
+    "sessions.subscribe": SCOPE_READ,
     "chat.send": SCOPE_WRITE,
     "chat.abort": SCOPE_WRITE,
     "chat.history": SCOPE_READ,
@@ -258,6 +266,16 @@ def session_id_for(rest: str) -> str:
         return validate_session_id(rest)
     except InvalidSessionId:
         return stable_session_id(rest)
+
+
+def model_name(settings: Settings) -> str:
+    """The configured model's id (usage is counted per model), or ``unknown``."""
+    from clawlet.llm.providers import ProviderConfigError, describe_model
+
+    try:
+        return describe_model(settings).name
+    except ProviderConfigError:
+        return "unknown"
 
 
 def default_model_lister(settings: Settings) -> ModelLister:
@@ -405,7 +423,8 @@ class Deferred:
     final: Coroutine[Any, Any, dict[str, Any]]
 
 
-Handler = Callable[["Connection", dict[str, Any]], Awaitable["dict[str, Any] | Deferred"]]
+Payload = dict[str, Any] | list[dict[str, Any]]
+Handler = Callable[["Connection", dict[str, Any]], Awaitable["Payload | Deferred"]]
 
 
 # -- connections ---------------------------------------------------------------------------------
@@ -420,10 +439,14 @@ class _Close:
 class Connection:
     """One client: its negotiated protocol, scopes and caps, and its outgoing queue."""
 
-    def __init__(self, transport: Transport, remote: str, max_buffered: int) -> None:
+    def __init__(
+        self, transport: Transport, remote: str, max_buffered: int, stability: operator.StabilityLog
+    ) -> None:
         self.transport = transport
         self.remote = remote
+        self.stability = stability
         self.conn_id = uuid.uuid4().hex
+        self.since_ms = now_ms()
         self.protocol = 0
         self.scopes: frozenset[str] = frozenset()
         self.caps: frozenset[str] = frozenset()
@@ -465,6 +488,12 @@ class Connection:
         self._buffered += frame_size(text)
         if self._buffered > self.max_buffered:
             log.warning("gateway client %s is too slow; closing it", self.remote)
+            self.stability.record(
+                "gateway.slow_consumer",
+                reason="slow consumer",
+                queued=self._buffered,
+                limitBytes=self.max_buffered,
+            )
             self.abort(CLOSE_POLICY, "slow consumer")
             return False
         self._queue.put_nowait(text)
@@ -629,10 +658,21 @@ class GatewayServer:
         self._ended_runs: OrderedDict[str, GatewayRun] = OrderedDict()
         """The last runs that ended (``agent.wait`` and a resent ``agent`` still answer for them)."""
         self._finals: set[asyncio.Task[None]] = set()
+        self.stability = operator.StabilityLog()
+        self.usage = operator.UsageLedger()
+        self.model_name = model_name(settings)
+        LOG_RING.install()
         self._handlers: dict[str, Handler] = {
             "health": self._health,
             "agent": self._agent,
             "agent.wait": self._agent_wait,
+            "status": self._status,
+            "system-presence": self._system_presence,
+            "logs.tail": self._logs_tail,
+            "usage.cost": self._usage_cost,
+            "diagnostics.stability": self._diagnostics_stability,
+            "config.get": self._config_get,
+            "sessions.subscribe": self._sessions_subscribe,
             "chat.send": self._chat_send,
             "chat.abort": self._chat_abort,
             "chat.history": self._chat_history,
@@ -654,7 +694,7 @@ class GatewayServer:
 
     async def handle(self, transport: Transport, *, remote: str = "?") -> None:
         """Serve one accepted connection until it closes; never raises."""
-        conn = Connection(transport, remote, self.max_buffered_bytes)
+        conn = Connection(transport, remote, self.max_buffered_bytes, self.stability)
         self.connections.add(conn)
         conn.start()
         try:
@@ -698,6 +738,10 @@ class GatewayServer:
             return None
 
     def _fail(self, conn: Connection, request_id: str, error: GatewayError, code: int = CLOSE_POLICY) -> bool:
+        if code == CLOSE_TOO_BIG:
+            self.stability.record(
+                "payload.large", surface="gateway.ws", outcome="rejected", reason=error.message
+            )
         conn.send(response_error(request_id, error))
         conn.close(code, error.message)
         return False
@@ -901,9 +945,7 @@ class GatewayServer:
                 response_error(request_id, GatewayError(UNAVAILABLE, f"{method} failed: internal error"))
             )
 
-    async def _dispatch(
-        self, conn: Connection, method: str, params: dict[str, Any]
-    ) -> dict[str, Any] | Deferred:
+    async def _dispatch(self, conn: Connection, method: str, params: dict[str, Any]) -> Payload | Deferred:
         if method == "connect":
             raise _invalid("invalid request: already connected")
         handler = self._handlers.get(method)
@@ -1191,6 +1233,75 @@ class GatewayServer:
             },
         }
 
+    async def _status(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``status``: the health checks of ``/health``, the sessions and this gateway's state."""
+        from clawlet.api.health import check_llm, check_mcp, check_sandbox, check_workspace, overall_status
+        from clawlet.tools.sandbox import sandbox_status
+
+        settings = self.workspaces.default.settings
+        root = settings.paths.root
+        llm, workspace, mcp, sandbox = await asyncio.gather(
+            check_llm(settings),
+            asyncio.to_thread(check_workspace, root),
+            asyncio.to_thread(check_mcp, root),
+            asyncio.to_thread(sandbox_status, settings.sandbox),
+        )
+        checks = {"llm": llm, "workspace": workspace, "mcp": mcp, "sandbox": check_sandbox(sandbox)}
+        health = await self._health(conn, {})
+        return {
+            "ts": now_ms(),
+            "status": overall_status(checks),
+            "version": __version__,
+            "uptimeMs": operator.uptime_ms(self.started),
+            "checks": checks,
+            "sessions": health["sessions"],
+            "connections": len([each for each in self.connections if each.connected]),
+            "activeRuns": len(self.runs),
+            "defaultAgentId": DEFAULT_AGENT_ID,
+            "model": self.model_name,
+        }
+
+    async def _system_presence(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``system-presence``: one entry per connected client."""
+        return [
+            operator.presence_entry(each.client, each.scopes, each.remote, each.since_ms, each.conn_id)
+            for each in list(self.connections)
+            if each.connected
+        ]
+
+    async def _logs_tail(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``logs.tail {cursor?, limit?, maxBytes?}``: the server's log kept in memory."""
+        cursor = param_int(params, "cursor", minimum=0)
+        limit = param_int(params, "limit", minimum=1, maximum=operator.LOGS_MAX_LIMIT)
+        max_bytes = param_int(params, "maxBytes", minimum=1, maximum=operator.LOGS_MAX_BYTES)
+        page = LOG_RING.page(
+            cursor, limit or operator.LOGS_DEFAULT_LIMIT, max_bytes or operator.LOGS_DEFAULT_BYTES
+        )
+        result: dict[str, Any] = {
+            "file": f"clawlet log (in memory, last {LOG_RING.capacity} lines)",
+            "cursor": page.cursor,
+            "size": page.size,
+            "lines": page.lines,
+            "truncated": page.truncated,
+            "reset": page.reset,
+        }
+        if page.skipped_bytes:
+            result["skippedBytes"] = page.skipped_bytes
+        return result
+
+    async def _usage_cost(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return self.usage.cost(params)
+
+    async def _diagnostics_stability(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return self.stability.snapshot(params)
+
+    async def _config_get(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return operator.config_view(self.workspaces.default.settings)
+
+    async def _sessions_subscribe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.subscribe``: every reader already receives every run's ``chat`` events."""
+        return {"subscribed": True}
+
     # -- run events -------------------------------------------------------------------------------
 
     def _readers(self) -> Iterable[Connection]:
@@ -1288,6 +1399,8 @@ class GatewayServer:
         gateway_run.finished = True
         gateway_run.terminal = payload
         gateway_run.ended_ms = now_ms()
+        if gateway_run.usage:
+            self.usage.add(self.model_name, gateway_run.usage["input"], gateway_run.usage["output"])
         self._broadcast_chat(gateway_run, payload)
 
     # -- approvals --------------------------------------------------------------------------------
