@@ -156,6 +156,10 @@ METHOD_SCOPES: dict[str, str] = {
     "diagnostics.stability": SCOPE_READ,
     "config.get": SCOPE_READ,
     "sessions.subscribe": SCOPE_READ,
+    "sessions.describe": SCOPE_READ,
+    "commands.list": SCOPE_READ,
+    "question.list": SCOPE_QUESTIONS,
+    "plugin.approval.list": SCOPE_APPROVALS,
     "chat.send": SCOPE_WRITE,
     "chat.abort": SCOPE_WRITE,
     "chat.history": SCOPE_READ,
@@ -673,6 +677,10 @@ class GatewayServer:
             "diagnostics.stability": self._diagnostics_stability,
             "config.get": self._config_get,
             "sessions.subscribe": self._sessions_subscribe,
+            "sessions.describe": self._sessions_describe,
+            "commands.list": self._commands_list,
+            "question.list": self._question_list,
+            "plugin.approval.list": self._plugin_approval_list,
             "chat.send": self._chat_send,
             "chat.abort": self._chat_abort,
             "chat.history": self._chat_history,
@@ -1301,6 +1309,44 @@ class GatewayServer:
     async def _sessions_subscribe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         """``sessions.subscribe``: every reader already receives every run's ``chat`` events."""
         return {"subscribed": True}
+
+    async def _sessions_describe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.describe {key}`` → ``{session}``: its ``sessions.list`` row, or null when the
+        session has no transcript yet."""
+        key = param_str(params, "key", max_length=512)
+        assert key is not None
+        target = await self.resolve(key)
+        try:
+            data = await asyncio.to_thread(target.services.transcripts.load, target.session_id)
+        except SessionNotFound:
+            return {"session": None}
+        except SessionCorrupt as exc:
+            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+        item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
+        return {"session": self._session_row(target.agent_id, target.services, item)}
+
+    async def _commands_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``commands.list``: clawlet offers no slash commands to gateway clients."""
+        return {"commands": []}
+
+    async def _question_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``question.list``: the agent's questions still waiting for an answer."""
+        pending = [
+            each for each in self.approvals.values() if each.kind == wire.KIND_QUESTION and not each.settled
+        ]
+        return {"questions": [each.question_record() for each in pending]}
+
+    async def _plugin_approval_list(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``plugin.approval.list``: pending tool approvals as ``plugin.approval.requested`` has them."""
+        pending = [
+            each for each in self.approvals.values() if each.kind == wire.KIND_PLUGIN and not each.settled
+        ]
+        return [
+            payload
+            for each in pending
+            for event, payload in each.requested_events()
+            if event == wire.EVENT_PLUGIN_REQUESTED
+        ]
 
     # -- run events -------------------------------------------------------------------------------
 
