@@ -635,9 +635,9 @@ def test_openclaw_tui_chats_with_clawlet(clawlet_gateway: ClawletGateway) -> Non
     command = install.command("tui", "--session", "agent:main:tui")
     with PtySession(command, env=env, cwd=clawlet_gateway.cli_home) as tui:
         assert tui.wait_for("gateway connected | idle", timeout=90), tui.screen[-3000:]
-        tui.type("[interop:hello] hello from the tui")
+        tui.send_keys("[interop:hello] hello from the tui")
         assert tui.wait_for("hello from the tui"), tui.screen[-3000:]
-        tui.type("\r")
+        tui.send_keys("\r")
         assert tui.wait_for(REPLY, timeout=90), tui.screen[-3000:]
     methods = clawlet_gateway.methods()
     assert "sessions.subscribe" in methods and "chat.send" in methods, methods

@@ -1,7 +1,7 @@
 """Drive a terminal program (OpenClaw's TUI) in a real pseudo-terminal, as a user at a keyboard.
 
 ``PtySession(command, env=…, cwd=…)`` starts the program on a fresh pty (120×40, its own process
-group), keeps everything it drew, and offers :meth:`PtySession.type` (keystrokes) and
+group), keeps everything it drew, and offers :meth:`PtySession.send_keys` (keystrokes) and
 :meth:`PtySession.wait_for` (until some text is on screen, ANSI escapes stripped, or a generous
 deadline passes). :meth:`PtySession.close` ends the whole group. Standard library only.
 """
@@ -68,7 +68,7 @@ class PtySession:
                 return text in self.screen
         return text in self.screen
 
-    def type(self, keys: str) -> None:
+    def send_keys(self, keys: str) -> None:
         os.write(self.master, keys.encode("utf-8"))
 
     def close(self) -> None:
