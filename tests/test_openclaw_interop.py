@@ -17,9 +17,11 @@ every reply is deterministic and nothing leaves 127.0.0.1. It checks:
 2. the inbox with backend ``gateway``: a task created through REST runs on OpenClaw and completes
    with the scripted reply; a cancelled task aborts its OpenClaw run; the inbox's client reconnects
    when OpenClaw restarts;
-3. a real OpenClaw client (``openclaw gateway call`` / ``openclaw health``) against clawlet's own
-   gateway server at ``/gateway`` (``openclaw agent`` is an expected failure: clawlet has no
-   ``agent`` method).
+3. real OpenClaw clients against clawlet's own gateway server at ``/gateway``: ``openclaw gateway
+   call`` / ``openclaw health``, ``openclaw agent --message`` (prints clawlet's answer), ``openclaw
+   tui`` driven in a pseudo-terminal (a typed message is answered on screen), and ``openclaw logs``,
+   ``gateway usage-cost``, ``gateway stability``, ``gateway probe`` and ``status``; a recording proxy
+   checks every frame clawlet sends them against the schema.
 
 Frames clawlet sends must validate strictly against ``@openclaw/gateway-protocol``'s JSON Schema;
 frames it receives are checked leniently (violations are reported as warnings, never failures:

@@ -9,7 +9,12 @@
    against ``settings.gateway_tokens`` (none configured: no token needed); the answer is
    ``hello-ok`` and then a ``tick`` event every ``gateway_tick_interval_ms``;
 2. requests: ``chat.send``, ``chat.abort``, ``chat.history``, ``sessions.list``, ``agents.list``,
-   ``models.list`` and ``health``, each guarded by its operator scope;
+   ``models.list`` and ``health``; ``agent`` (answered twice: ``accepted``, then the run's result,
+   see :mod:`clawlet.gateway.agent_method`) and ``agent.wait``; the operator reads of
+   :mod:`clawlet.gateway.operator` (``status``, ``system-presence``, ``logs.tail``, ``usage.cost``,
+   ``diagnostics.stability``, ``config.get``) and what the TUI asks at start
+   (``sessions.subscribe``, ``sessions.describe``, ``commands.list``, ``question.list``,
+   ``plugin.approval.list``); each guarded by its operator scope;
 3. every run started with ``chat.send`` streams ``chat`` events (``delta`` with the cumulative
    assistant text, then ``final``, ``aborted`` or ``error``) to every connection holding
    ``operator.read``, and tool activity as ``agent`` events to those that asked for
