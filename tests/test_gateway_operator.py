@@ -86,6 +86,10 @@ async def test_agent_answers_accepted_then_the_runs_result(
         missing = await client.request("agent", {"idempotencyKey": "run-3"}, raw=True)
         assert missing["ok"] is False and missing["error"]["code"] == "INVALID_REQUEST"
         assert "message" in missing["error"]["message"]
+        bad_timeout = await client.request(
+            "agent", {"message": "x", "idempotencyKey": "run-4", "timeout": "soon"}, raw=True
+        )
+        assert bad_timeout["ok"] is False and "timeout" in bad_timeout["error"]["message"]
         unknown = await client.request("agent.wait", {"runId": "no-such-run"})
         assert unknown["ok"] is False and unknown["error"]["message"] == "agent run was not found"
 

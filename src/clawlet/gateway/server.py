@@ -1028,6 +1028,7 @@ class GatewayServer:
         ``{status:"accepted"}`` at once, then the run's result under the same request id."""
         idempotency_key = param_str(params, "idempotencyKey")
         message = param_message(params, "agent")
+        timeout = param_int(params, "timeout", minimum=0)
         assert idempotency_key is not None
         key = agent_method.session_key_of(params)
         known = self.runs.get(idempotency_key) or self._ended_runs.get(idempotency_key)
@@ -1035,16 +1036,13 @@ class GatewayServer:
             return {"runId": idempotency_key, "status": "in_flight", "summary": "already started"}
         if known is None:
             known = await self._start_run(conn, await self.resolve(key), message, idempotency_key)
-        return Deferred(agent_method.accepted(known), self._agent_outcome(known, params.get("timeout")))
+        return Deferred(agent_method.accepted(known), self._agent_outcome(known, timeout))
 
-    async def _agent_outcome(self, gateway_run: GatewayRun, timeout: Any) -> dict[str, Any]:
+    async def _agent_outcome(self, gateway_run: GatewayRun, timeout: int | None) -> dict[str, Any]:
         """The ``agent`` request's final response; a run past ``timeout`` seconds (when > 0) is
         aborted and reported as ``timeout``."""
-        limit = (
-            timeout if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0 else None
-        )
         try:
-            await asyncio.wait_for(asyncio.shield(gateway_run.ended.wait()), limit)
+            await asyncio.wait_for(asyncio.shield(gateway_run.ended.wait()), timeout or None)
         except TimeoutError:
             gateway_run.aborted = True
             gateway_run.wake.set()
