@@ -45,6 +45,10 @@ def redact(text: str) -> str:
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.payload(record), ensure_ascii=False)
+
+    def payload(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The record as the JSON object a log line holds."""
         payload: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
@@ -62,7 +66,7 @@ class JsonFormatter(logging.Formatter):
                 )
         if record.exc_info:
             payload["exception"] = redact(self.formatException(record.exc_info))
-        return json.dumps(payload, ensure_ascii=False)
+        return payload
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ class LogRing(logging.Handler):
     def __init__(self, capacity: int = 5000) -> None:
         super().__init__(logging.INFO)
         self.capacity = capacity
-        self.setFormatter(JsonFormatter())
+        self._json = JsonFormatter()
         self._lines: deque[tuple[int, str]] = deque(maxlen=capacity)
         self._size = 0
         self._guard = threading.Lock()
@@ -97,7 +101,7 @@ class LogRing(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            shaped = json.loads(self.format(record))
+            shaped = self._json.payload(record)
         except Exception:
             self.handleError(record)
             return
