@@ -1047,6 +1047,9 @@ async def test_broken_and_slow_peers_never_break_a_run(settings: Settings, schem
         )
         assert LONG_MESSAGE in text_of(final["payload"])
     assert slow.closed == (1008, "slow consumer")
+    stability = server.stability.snapshot({})  # what `openclaw gateway stability` shows
+    assert stability["summary"]["byType"] == {"gateway.slow_consumer": 1}
+    assert stability["events"][0]["limitBytes"] == 8000
     assert broken.sent and broken.closed is None  # its sender stopped quietly at the first failure
     schema.assert_frames_valid(
         [(frame, "connect" if frame.get("id") == "c1" else None) for frame in good.sent]

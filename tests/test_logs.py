@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from clawlet.logs import JsonFormatter, redact, request_id_var
+from clawlet.logs import JsonFormatter, LogRing, redact, request_id_var
 from tests.conftest import free_port
 
 
@@ -83,3 +83,29 @@ def test_server_logs_json_lines_with_request_ids_and_auth_failures(tmp_path: Pat
     assert access and access[0]["status"] == 200 and access[0]["duration_ms"] >= 0 and access[0]["request_id"]
     raw = log_file.read_text()
     assert "very-secret-token" not in raw and "wrong-guess-123" not in raw
+
+
+def test_the_log_ring_pages_like_a_growing_file() -> None:
+    """What the gateway's ``logs.tail`` serves: JSON lines, secrets redacted, byte cursors."""
+    ring = LogRing(capacity=3)
+    logger = logging.getLogger("clawlet.test-ring")
+    logger.addHandler(ring)
+    logger.setLevel(logging.INFO)
+    try:
+        for number in range(5):
+            logger.info("line %d token=abc%d", number, number)
+        logger.debug("below the ring's level")
+    finally:
+        logger.removeHandler(ring)
+    newest = ring.page(None, limit=10, max_bytes=10_000)
+    parsed = [json.loads(line) for line in newest.lines]
+    assert [entry["message"] for entry in parsed] == [f"line {n} token=***" for n in (2, 3, 4)]
+    assert parsed[0]["subsystem"] == "clawlet.test-ring" and parsed[0]["level"] == "info"
+    kept = sum(len(line.encode("utf-8")) + 1 for line in newest.lines)
+    from_start = ring.page(0, limit=10, max_bytes=10_000)  # two lines were dropped meanwhile
+    assert from_start.lines == newest.lines and from_start.skipped_bytes > 0
+    assert newest.cursor == newest.size == from_start.skipped_bytes + kept
+    assert ring.page(newest.cursor, limit=10, max_bytes=10_000).lines == []
+    assert ring.page(newest.cursor + 1, limit=10, max_bytes=10_000).reset is True
+    capped = ring.page(None, limit=10, max_bytes=len(newest.lines[-1]) + 1)
+    assert capped.lines == newest.lines[-1:] and capped.truncated is True

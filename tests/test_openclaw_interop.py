@@ -17,9 +17,11 @@ every reply is deterministic and nothing leaves 127.0.0.1. It checks:
 2. the inbox with backend ``gateway``: a task created through REST runs on OpenClaw and completes
    with the scripted reply; a cancelled task aborts its OpenClaw run; the inbox's client reconnects
    when OpenClaw restarts;
-3. a real OpenClaw client (``openclaw gateway call`` / ``openclaw health``) against clawlet's own
-   gateway server at ``/gateway`` (``openclaw agent`` is an expected failure: clawlet has no
-   ``agent`` method).
+3. real OpenClaw clients against clawlet's own gateway server at ``/gateway``: ``openclaw gateway
+   call`` / ``openclaw health``, ``openclaw agent --message`` (prints clawlet's answer), ``openclaw
+   tui`` driven in a pseudo-terminal (a typed message is answered on screen), and ``openclaw logs``,
+   ``gateway usage-cost``, ``gateway stability``, ``gateway probe`` and ``status``; a recording proxy
+   checks every frame clawlet sends them against the schema.
 
 Frames clawlet sends must validate strictly against ``@openclaw/gateway-protocol``'s JSON Schema;
 frames it receives are checked leniently (violations are reported as warnings, never failures:
@@ -32,10 +34,12 @@ import asyncio
 import itertools
 import json
 import logging
+import subprocess
 import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +54,10 @@ from clawlet.inbox.backends import GatewayBackend, task_session_name
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import LiveServer, free_port
 from tests.inbox_support import SseClient, wait_until
+from tests.support.frame_proxy import FrameProxy
 from tests.support.gateway_schema import SchemaUnavailable, load_protocol_schema
 from tests.support.openclaw_gateway import OpenClawGateway, OpenClawInstall, real_openclaw
+from tests.support.pty_session import PtySession
 
 REAL = real_openclaw()  # at import: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
 pytestmark = REAL.skip
@@ -168,6 +174,10 @@ class FrameLog:
 
     def responses(self, method: str) -> list[dict[str, Any]]:
         return [frame for frame, answered in self.pairs("in") if answered == method]
+
+    def sent_all(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [f for way, f in self.frames if way == "out" and f.get("type") == "req"]
 
     def sent(self, method: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -539,21 +549,123 @@ def test_the_openclaw_cli_drives_clawlets_gateway(
     assert any("cli/cli v4" in message for message in connects), connects
 
 
-@pytest.mark.xfail(
-    reason="clawlet's gateway has no `agent` method, which `openclaw agent` uses", strict=False
-)
-def test_openclaw_agent_command_against_clawlets_gateway(
-    install: OpenClawInstall, tmp_path: Path, live_server: Callable[..., LiveServer]
-) -> None:
-    settings = Settings(home=tmp_path / "gateway-home", gateway_token=CLAWLET_GATEWAY_TOKEN)
+def openclaw_cli_home(tmp_path: Path, url: str) -> Path:
+    """An OpenClaw CLI home whose config points the CLI at clawlet's gateway (remote mode)."""
+    cli_home = tmp_path / "openclaw-cli"
+    (cli_home / "state").mkdir(parents=True, exist_ok=True)
+    remote = {"mode": "remote", "remote": {"url": url, "token": CLAWLET_GATEWAY_TOKEN}}
+    config = {"gateway": remote, "update": {"checkOnStart": False}}
+    (cli_home / "state" / "openclaw.json").write_text(json.dumps(config))
+    return cli_home
+
+
+@dataclass
+class ClawletGateway:
+    """clawlet's gateway (scripted model) reached by the OpenClaw CLI through a recording proxy."""
+
+    install: OpenClawInstall
+    cli_home: Path
+    frames: FrameLog
+
+    def cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return self.install.cli(self.cli_home, *args, timeout=timeout)
+
+    def methods(self) -> list[str]:
+        return [str(frame.get("method")) for frame in self.frames.sent_all()]
+
+
+@pytest.fixture
+def own_llm() -> Iterator[ScriptedOpenAIServer]:
+    """A scripted model per test: langchain-openai caches one HTTP client per base URL, which must
+    not outlive the event loop of the test's server."""
+    with ScriptedOpenAIServer(script, model="scripted-model") as server:
+        yield server
+
+
+@pytest.fixture
+def clawlet_gateway(
+    install: OpenClawInstall,
+    own_llm: ScriptedOpenAIServer,
+    tmp_path: Path,
+    live_server: Callable[..., LiveServer],
+    caplog: pytest.LogCaptureFixture,
+) -> Iterator[ClawletGateway]:
+    """Every frame clawlet sends on it must validate against the protocol schema."""
+    llm = own_llm
+    caplog.set_level(logging.INFO, logger="clawlet.gateway.server")  # logs.tail has lines to show
+    settings = Settings(
+        home=tmp_path / "gateway-home",
+        gateway_token=CLAWLET_GATEWAY_TOKEN,
+        provider="openai",
+        llm_base_url=llm.base_url,
+        llm_model=llm.model,
+        llm_api_key="sk-scripted-not-a-secret",
+    )
     init_home(settings.paths)
     server = live_server(settings)
-    cli_home = tmp_path / "openclaw-cli"
-    (cli_home / "state").mkdir(parents=True)
-    url = f"ws://127.0.0.1:{server.port}/gateway"
-    config = {"gateway": {"mode": "remote", "remote": {"url": url, "token": CLAWLET_GATEWAY_TOKEN}}}
-    (cli_home / "state" / "openclaw.json").write_text(json.dumps(config))
-    result = install.cli(
-        cli_home, "agent", "--session-key", "agent:main:cli-agent", "--message", "hi", "--json", timeout=60
-    )
+    frames = FrameLog()
+    with FrameProxy(f"ws://127.0.0.1:{server.port}/gateway", frames) as proxy:
+        yield ClawletGateway(install, openclaw_cli_home(tmp_path, proxy.url), frames)
+    load_protocol_schema().assert_frames_valid(frames.pairs("in"))
+
+
+def test_openclaw_agent_command_prints_clawlets_answer(clawlet_gateway: ClawletGateway) -> None:
+    key = "agent:main:cli-agent"
+    result = clawlet_gateway.cli("agent", "--session-key", key, "--message", "[interop:hello] hi")
     assert result.returncode == 0, result.stdout[-1000:] + result.stderr[-1000:]
+    assert REPLY in result.stdout
+
+    as_json = clawlet_gateway.cli(
+        "agent", "--session-key", key, "--message", "[interop:hello] again", "--json"
+    )
+    assert as_json.returncode == 0, as_json.stdout[-1000:] + as_json.stderr[-1000:]
+    answer = call_json(as_json)
+    assert answer["status"] == "ok" and answer["summary"] == "completed"
+    assert answer["result"]["payloads"] == [{"text": REPLY}]
+    assert clawlet_gateway.methods().count("agent") == 2
+    finals = [
+        frame for frame in clawlet_gateway.frames.responses("agent") if frame["payload"].get("status") == "ok"
+    ]
+    assert len(finals) == 2  # each after its own "accepted" response under the same id
+
+
+def test_openclaw_tui_chats_with_clawlet(clawlet_gateway: ClawletGateway) -> None:
+    """The real TUI in a pseudo-terminal: it starts up, a message is typed, the answer is drawn."""
+    install = clawlet_gateway.install
+    env = {**install.base_env(clawlet_gateway.cli_home), "TERM": "xterm-256color"}
+    env.pop("CI", None)
+    command = install.command("tui", "--session", "agent:main:tui")
+    with PtySession(command, env=env, cwd=clawlet_gateway.cli_home) as tui:
+        assert tui.wait_for("gateway connected | idle", timeout=90), tui.screen[-3000:]
+        tui.send_keys("[interop:hello] hello from the tui")
+        assert tui.wait_for("hello from the tui"), tui.screen[-3000:]
+        tui.send_keys("\r")
+        assert tui.wait_for(REPLY, timeout=90), tui.screen[-3000:]
+    methods = clawlet_gateway.methods()
+    assert "sessions.subscribe" in methods and "chat.send" in methods, methods
+    refused = [frame for frame, _ in clawlet_gateway.frames.pairs("in") if frame.get("ok") is False]
+    assert not refused, refused
+
+
+#: ``openclaw`` commands that only read the gateway's state, and a line each prints.
+OPERATOR_COMMANDS = {
+    "logs": (["logs", "--limit", "50"], "gateway client connected"),
+    "usage-cost": (["gateway", "usage-cost"], "Missing cost: 1 (scripted-model 1)"),
+    "stability": (["gateway", "stability"], "Gateway Stability"),
+    "probe": (["gateway", "probe"], "Read probe: ok"),
+    "status": (["status"], "Agents"),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATOR_COMMANDS))
+def test_openclaw_operator_commands_against_clawlets_gateway(
+    name: str, clawlet_gateway: ClawletGateway
+) -> None:
+    turn = clawlet_gateway.cli("agent", "--session-key", "agent:main:ops", "--message", "[interop:hello] hi")
+    assert turn.returncode == 0, turn.stderr[-1000:]
+    args, expected = OPERATOR_COMMANDS[name]
+    result = clawlet_gateway.cli(*args)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert expected in result.stdout, result.stdout[-3000:]
+    refused = [frame for frame, _ in clawlet_gateway.frames.pairs("in") if frame.get("ok") is False]
+    assert not refused, refused

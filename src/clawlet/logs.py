@@ -1,9 +1,10 @@
 """Structured logging: one JSON object per line with the request id, secrets redacted.
 
 ``configure_logging("json")`` routes every logger (uvicorn's included) through
-:class:`JsonFormatter`; :class:`RequestLogging` is the HTTP middleware that assigns a request id
-(``X-Request-ID``, taken from the client when it sends a sane one), logs each request with its
-status and duration, and makes the id available to every log line written while serving it.
+:class:`JsonFormatter` and keeps the last lines in memory too (:data:`LOG_RING`, what the
+gateway's ``logs.tail`` pages through); :class:`RequestLogging` is the HTTP middleware that
+assigns a request id (``X-Request-ID``, taken from the client when it sends a sane one), logs each
+request with its status and duration, and makes the id available to every log line written while serving it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
 import uuid
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -41,6 +45,10 @@ def redact(text: str) -> str:
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.payload(record), ensure_ascii=False)
+
+    def payload(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The record as the JSON object a log line holds."""
         payload: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
@@ -58,7 +66,83 @@ class JsonFormatter(logging.Formatter):
                 )
         if record.exc_info:
             payload["exception"] = redact(self.formatException(record.exc_info))
-        return json.dumps(payload, ensure_ascii=False)
+        return payload
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """Lines of the in-memory log after a cursor (byte offsets over every line ever kept)."""
+
+    lines: list[str]
+    cursor: int
+    size: int
+    truncated: bool
+    reset: bool
+    skipped_bytes: int
+
+
+class LogRing(logging.Handler):
+    """The last ``capacity`` log records as JSON lines (``time``, ``level``, ``subsystem``: the
+    logger, ``message``; secrets redacted), addressed by byte offsets like a growing log file."""
+
+    def __init__(self, capacity: int = 5000) -> None:
+        super().__init__(logging.INFO)
+        self.capacity = capacity
+        self._json = JsonFormatter()
+        self._lines: deque[tuple[int, str]] = deque(maxlen=capacity)
+        self._size = 0
+        self._guard = threading.Lock()
+
+    def install(self) -> None:
+        """Add to the root logger (once); the root's level still decides what is logged."""
+        root = logging.getLogger()
+        if self not in root.handlers:
+            root.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            shaped = self._json.payload(record)
+        except Exception:
+            self.handleError(record)
+            return
+        line = json.dumps(
+            {
+                "time": shaped.pop("ts"),
+                "level": shaped.pop("level"),
+                "subsystem": shaped.pop("logger"),
+                **shaped,
+            },
+            ensure_ascii=False,
+        )
+        with self._guard:
+            self._lines.append((self._size, line))
+            self._size += len(line.encode("utf-8")) + 1
+
+    def page(self, cursor: int | None, limit: int, max_bytes: int) -> LogPage:
+        """Lines from ``cursor`` on (None: the newest), at most ``limit`` and ``max_bytes``, newest
+        kept; ``reset`` when the cursor is past the end, ``skippedBytes`` for lines already dropped."""
+        with self._guard:
+            kept = list(self._lines)
+            size = self._size
+        reset = cursor is not None and cursor > size
+        start = 0 if cursor is None or reset else cursor
+        oldest = kept[0][0] if kept else size
+        skipped = max(0, min(oldest, size) - start) if cursor is not None and not reset else 0
+        chosen = [line for offset, line in kept if offset >= start]
+        truncated = len(chosen) > limit
+        chosen = chosen[-limit:]
+        total = 0
+        fitting: list[str] = []
+        for line in reversed(chosen):
+            total += len(line.encode("utf-8")) + 1
+            if total > max_bytes:
+                truncated = True
+                break
+            fitting.append(line)
+        return LogPage(fitting[::-1], size, size, truncated, reset, skipped)
+
+
+LOG_RING = LogRing()
 
 
 def configure_logging(log_format: str = "json", level: str = "INFO") -> None:
@@ -68,7 +152,7 @@ def configure_logging(log_format: str = "json", level: str = "INFO") -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [handler, LOG_RING]
     root.setLevel(level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)

@@ -29,12 +29,24 @@ REQUEST_PARAMS = {
     "sessions.list": "SessionsListParams",
     "agents.list": "AgentsListParams",
     "models.list": "ModelsListParams",
+    "agent": "AgentParams",
+    "agent.wait": "AgentWaitParams",
+    "logs.tail": "LogsTailParams",
+    "config.get": "ConfigGetParams",
+    "sessions.describe": "SessionsDescribeParams",
+    "commands.list": "CommandsListParams",
+    "question.list": "QuestionListParams",
 }
 RESPONSE_PAYLOADS = {
     "connect": "HelloOk",
     "agents.list": "AgentsListResult",
     "models.list": "ModelsListResult",
+    "logs.tail": "LogsTailResult",
+    "commands.list": "CommandsListResult",
+    "question.list": "QuestionListResult",
 }
+#: Methods answered with an array, and the definition of each item.
+RESPONSE_ITEMS = {"system-presence": "PresenceEntry"}
 EVENT_PAYLOADS = {
     "chat": "ChatEvent",
     "tick": "TickEvent",
@@ -109,6 +121,14 @@ class ProtocolSchema:
                 name = RESPONSE_PAYLOADS.get(method or "")
                 if name:
                     problems += self.errors(name, frame.get("payload"))
+                item = RESPONSE_ITEMS.get(method or "")
+                if item:
+                    payload = frame.get("payload")
+                    if not isinstance(payload, list):
+                        problems.append(f"{method} must answer an array: {payload!r:.200}")
+                    else:
+                        for entry in payload:
+                            problems += self.errors(item, entry)
         elif frame.get("type") == "event":
             name = EVENT_PAYLOADS.get(str(frame.get("event")))
             payload = frame.get("payload")

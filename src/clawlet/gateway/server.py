@@ -9,7 +9,12 @@
    against ``settings.gateway_tokens`` (none configured: no token needed); the answer is
    ``hello-ok`` and then a ``tick`` event every ``gateway_tick_interval_ms``;
 2. requests: ``chat.send``, ``chat.abort``, ``chat.history``, ``sessions.list``, ``agents.list``,
-   ``models.list`` and ``health``, each guarded by its operator scope;
+   ``models.list`` and ``health``; ``agent`` (answered twice: ``accepted``, then the run's result,
+   see :mod:`clawlet.gateway.agent_method`) and ``agent.wait``; the operator reads of
+   :mod:`clawlet.gateway.operator` (``status``, ``system-presence``, ``logs.tail``, ``usage.cost``,
+   ``diagnostics.stability``, ``config.get``) and what the TUI asks at start
+   (``sessions.subscribe``, ``sessions.describe``, ``commands.list``, ``question.list``,
+   ``plugin.approval.list``); each guarded by its operator scope;
 3. every run started with ``chat.send`` streams ``chat`` events (``delta`` with the cumulative
    assistant text, then ``final``, ``aborted`` or ``error``) to every connection holding
    ``operator.read``, and tool activity as ``agent`` events to those that asked for
@@ -47,7 +52,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,6 +80,7 @@ from clawlet.events import (
     ToolStart,
     Usage,
 )
+from clawlet.gateway import agent_method, operator
 from clawlet.gateway import approvals as wire
 from clawlet.gateway.approvals import GatewayApproval
 from clawlet.gateway.protocol import (
@@ -118,6 +124,7 @@ from clawlet.gateway.protocol import (
     response_error,
     response_ok,
 )
+from clawlet.logs import LOG_RING
 from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 from clawlet.services import InvalidWorkspace, Services, Workspaces
@@ -145,6 +152,19 @@ SESSION_SCOPE = "per-sender"
 #: The scope each method needs (the values of the protocol schema's ``methods`` map).
 METHOD_SCOPES: dict[str, str] = {
     "health": SCOPE_READ,
+    "agent": SCOPE_WRITE,
+    "agent.wait": SCOPE_WRITE,
+    "status": SCOPE_READ,
+    "system-presence": SCOPE_READ,
+    "logs.tail": SCOPE_READ,
+    "usage.cost": SCOPE_READ,
+    "diagnostics.stability": SCOPE_READ,
+    "config.get": SCOPE_READ,
+    "sessions.subscribe": SCOPE_READ,
+    "sessions.describe": SCOPE_READ,
+    "commands.list": SCOPE_READ,
+    "question.list": SCOPE_QUESTIONS,
+    "plugin.approval.list": SCOPE_APPROVALS,
     "chat.send": SCOPE_WRITE,
     "chat.abort": SCOPE_WRITE,
     "chat.history": SCOPE_READ,
@@ -257,6 +277,16 @@ def session_id_for(rest: str) -> str:
         return stable_session_id(rest)
 
 
+def model_name(settings: Settings) -> str:
+    """The configured model's id (usage is counted per model), or ``unknown``."""
+    from clawlet.llm.providers import ProviderConfigError, describe_model
+
+    try:
+        return describe_model(settings).name
+    except ProviderConfigError:
+        return "unknown"
+
+
 def default_model_lister(settings: Settings) -> ModelLister:
     def models() -> list[ModelEntry]:
         from clawlet.llm.providers import ProviderConfigError, describe_model
@@ -367,6 +397,23 @@ def param_int(params: dict[str, Any], name: str, *, minimum: int, maximum: int |
     return value
 
 
+def param_message(params: dict[str, Any], method: str) -> str:
+    """The non-empty ``message`` of a ``chat.send`` or ``agent`` request, at most
+    ``MAX_CHAT_MESSAGE_CHARS`` long."""
+    message = params.get("message")
+    if not isinstance(message, str):
+        raise _invalid(f"invalid {method} params: message must be a string")
+    if not message.strip():
+        raise _invalid(f"invalid {method} params: message must not be empty")
+    if len(message) > MAX_CHAT_MESSAGE_CHARS:
+        raise _invalid(
+            f"invalid {method} params: message must be at most {MAX_CHAT_MESSAGE_CHARS} characters "
+            f"(it has {len(message)})",
+            {"maxChars": MAX_CHAT_MESSAGE_CHARS, "chars": len(message)},
+        )
+    return message
+
+
 def param_strings(params: dict[str, Any], name: str) -> list[str]:
     value = params.get(name)
     if value is None:
@@ -374,6 +421,19 @@ def param_strings(params: dict[str, Any], name: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _invalid(f"invalid params: {name} must be an array of strings")
     return list(value)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A request answered twice under its id, as OpenClaw's ``agent`` is: ``accepted`` at once,
+    then ``final``'s result (a payload, or a :class:`GatewayError` it raises)."""
+
+    accepted: dict[str, Any]
+    final: Coroutine[Any, Any, dict[str, Any]]
+
+
+Payload = dict[str, Any] | list[dict[str, Any]]
+Handler = Callable[["Connection", dict[str, Any]], Awaitable["Payload | Deferred"]]
 
 
 # -- connections ---------------------------------------------------------------------------------
@@ -388,10 +448,14 @@ class _Close:
 class Connection:
     """One client: its negotiated protocol, scopes and caps, and its outgoing queue."""
 
-    def __init__(self, transport: Transport, remote: str, max_buffered: int) -> None:
+    def __init__(
+        self, transport: Transport, remote: str, max_buffered: int, stability: operator.StabilityLog
+    ) -> None:
         self.transport = transport
         self.remote = remote
+        self.stability = stability
         self.conn_id = uuid.uuid4().hex
+        self.since_ms = now_ms()
         self.protocol = 0
         self.scopes: frozenset[str] = frozenset()
         self.caps: frozenset[str] = frozenset()
@@ -433,6 +497,12 @@ class Connection:
         self._buffered += frame_size(text)
         if self._buffered > self.max_buffered:
             log.warning("gateway client %s is too slow; closing it", self.remote)
+            self.stability.record(
+                "gateway.slow_consumer",
+                reason="slow consumer",
+                queued=self._buffered,
+                limitBytes=self.max_buffered,
+            )
             self.abort(CLOSE_POLICY, "slow consumer")
             return False
         self._queue.put_nowait(text)
@@ -534,6 +604,11 @@ class GatewayRun:
     finished: bool = False
     resumed: bool = False
     """True once the run paused and a continuation streams on (the text so far spans both)."""
+    terminal: dict[str, Any] | None = None
+    """The last ``chat`` event's payload (``final``, ``aborted`` or ``error``) once it was sent."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the run's event stream is over (terminal event sent, or the gateway stopped it)."""
+    ended_ms: int | None = None
 
     @property
     def text(self) -> str:
@@ -589,8 +664,28 @@ class GatewayServer:
         self.runs: dict[str, GatewayRun] = {}
         self._idempotency: OrderedDict[str, str] = OrderedDict()
         self._pumps: set[asyncio.Task[None]] = set()
-        self._handlers: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+        self._ended_runs: OrderedDict[str, GatewayRun] = OrderedDict()
+        """The last runs that ended (``agent.wait`` and a resent ``agent`` still answer for them)."""
+        self._finals: set[asyncio.Task[None]] = set()
+        self.stability = operator.StabilityLog()
+        self.usage = operator.UsageLedger()
+        self.model_name = model_name(settings)
+        LOG_RING.install()
+        self._handlers: dict[str, Handler] = {
             "health": self._health,
+            "agent": self._agent,
+            "agent.wait": self._agent_wait,
+            "status": self._status,
+            "system-presence": self._system_presence,
+            "logs.tail": self._logs_tail,
+            "usage.cost": self._usage_cost,
+            "diagnostics.stability": self._diagnostics_stability,
+            "config.get": self._config_get,
+            "sessions.subscribe": self._sessions_subscribe,
+            "sessions.describe": self._sessions_describe,
+            "commands.list": self._commands_list,
+            "question.list": self._question_list,
+            "plugin.approval.list": self._plugin_approval_list,
             "chat.send": self._chat_send,
             "chat.abort": self._chat_abort,
             "chat.history": self._chat_history,
@@ -612,7 +707,7 @@ class GatewayServer:
 
     async def handle(self, transport: Transport, *, remote: str = "?") -> None:
         """Serve one accepted connection until it closes; never raises."""
-        conn = Connection(transport, remote, self.max_buffered_bytes)
+        conn = Connection(transport, remote, self.max_buffered_bytes, self.stability)
         self.connections.add(conn)
         conn.start()
         try:
@@ -656,6 +751,10 @@ class GatewayServer:
             return None
 
     def _fail(self, conn: Connection, request_id: str, error: GatewayError, code: int = CLOSE_POLICY) -> bool:
+        if code == CLOSE_TOO_BIG:
+            self.stability.record(
+                "payload.large", surface="gateway.ws", outcome="rejected", reason=error.message
+            )
         conn.send(response_error(request_id, error))
         conn.close(code, error.message)
         return False
@@ -835,9 +934,31 @@ class GatewayServer:
                 response_error(request_id, GatewayError(UNAVAILABLE, f"{method} failed: internal error"))
             )
             return
+        if isinstance(payload, Deferred):
+            conn.send(response_ok(request_id, payload.accepted))
+            task = asyncio.create_task(self._answer_later(conn, request_id, method, payload.final))
+            self._finals.add(task)
+            task.add_done_callback(self._finals.discard)
+            return
         conn.send(response_ok(request_id, payload))
 
-    async def _dispatch(self, conn: Connection, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _answer_later(
+        self, conn: Connection, request_id: str, method: str, final: Awaitable[dict[str, Any]]
+    ) -> None:
+        """The second response of a :class:`Deferred` request (nothing when the client left)."""
+        try:
+            conn.send(response_ok(request_id, await final))
+        except GatewayError as error:
+            conn.send(response_error(request_id, error))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("gateway method %s failed", method)
+            conn.send(
+                response_error(request_id, GatewayError(UNAVAILABLE, f"{method} failed: internal error"))
+            )
+
+    async def _dispatch(self, conn: Connection, method: str, params: dict[str, Any]) -> Payload | Deferred:
         if method == "connect":
             raise _invalid("invalid request: already connected")
         handler = self._handlers.get(method)
@@ -894,22 +1015,58 @@ class GatewayServer:
     async def _chat_send(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         key = param_str(params, "sessionKey", max_length=512)
         idempotency_key = param_str(params, "idempotencyKey")
-        message = params.get("message")
-        if not isinstance(message, str):
-            raise _invalid("invalid chat.send params: message must be a string")
-        if not message.strip():
-            raise _invalid("invalid chat.send params: message must not be empty")
-        if len(message) > MAX_CHAT_MESSAGE_CHARS:
-            raise _invalid(
-                f"invalid chat.send params: message must be at most {MAX_CHAT_MESSAGE_CHARS} characters "
-                f"(it has {len(message)})",
-                {"maxChars": MAX_CHAT_MESSAGE_CHARS, "chars": len(message)},
-            )
+        message = param_message(params, "chat.send")
         assert key is not None and idempotency_key is not None
         if idempotency_key in self._idempotency:
             self._idempotency.move_to_end(idempotency_key)
             return {"runId": idempotency_key, "status": "ok"}
-        target = await self.resolve(key)
+        await self._start_run(conn, await self.resolve(key), message, idempotency_key)
+        return {"runId": idempotency_key, "status": "started"}
+
+    async def _agent(self, conn: Connection, params: dict[str, Any]) -> Deferred | dict[str, Any]:
+        """``agent {message, idempotencyKey, sessionKey? | agentId? sessionId?}`` (``openclaw agent``):
+        ``{status:"accepted"}`` at once, then the run's result under the same request id."""
+        idempotency_key = param_str(params, "idempotencyKey")
+        message = param_message(params, "agent")
+        timeout = param_int(params, "timeout", minimum=0)
+        assert idempotency_key is not None
+        key = agent_method.session_key_of(params)
+        known = self.runs.get(idempotency_key) or self._ended_runs.get(idempotency_key)
+        if known is None and idempotency_key in self._idempotency:
+            return {"runId": idempotency_key, "status": "in_flight", "summary": "already started"}
+        if known is None:
+            known = await self._start_run(conn, await self.resolve(key), message, idempotency_key)
+        return Deferred(agent_method.accepted(known), self._agent_outcome(known, timeout))
+
+    async def _agent_outcome(self, gateway_run: GatewayRun, timeout: int | None) -> dict[str, Any]:
+        """The ``agent`` request's final response; a run past ``timeout`` seconds (when > 0) is
+        aborted and reported as ``timeout``."""
+        try:
+            await asyncio.wait_for(asyncio.shield(gateway_run.ended.wait()), timeout or None)
+        except TimeoutError:
+            gateway_run.aborted = True
+            gateway_run.wake.set()
+            await gateway_run.target.services.sessions.cancel(gateway_run.target.session_id)
+            await gateway_run.ended.wait()
+        return agent_method.outcome(gateway_run)
+
+    async def _agent_wait(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``agent.wait {runId, timeoutMs?}`` → ``{runId, status: ok|error|timeout, ...}``."""
+        run_id = param_str(params, "runId")
+        timeout_ms = param_int(params, "timeoutMs", minimum=0)
+        assert run_id is not None
+        gateway_run = self.runs.get(run_id) or self._ended_runs.get(run_id)
+        if gateway_run is None:
+            raise _invalid("agent run was not found")
+        with contextlib.suppress(TimeoutError):
+            limit = (timeout_ms if timeout_ms is not None else agent_method.WAIT_DEFAULT_MS) / 1000
+            await asyncio.wait_for(asyncio.shield(gateway_run.ended.wait()), limit)
+        return agent_method.wait_result(gateway_run)
+
+    async def _start_run(
+        self, conn: Connection, target: Target, message: str, idempotency_key: str
+    ) -> GatewayRun:
+        """Start a turn in the target session and stream its events to every reader."""
         # Reserved before the first await that starts the run, so a concurrent resend is deduplicated.
         self._remember(idempotency_key, target.key)
         context = ASK_CONTEXT if wire.asks(conn.scopes, conn.caps) else DEFAULT_CONTEXT
@@ -942,7 +1099,7 @@ class GatewayServer:
         gateway_run.task = task
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
-        return {"runId": idempotency_key, "status": "started"}
+        return gateway_run
 
     def _remember(self, idempotency_key: str, key: str) -> None:
         self._idempotency[idempotency_key] = key
@@ -1087,6 +1244,113 @@ class GatewayServer:
             },
         }
 
+    async def _status(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``status``: the health checks of ``/health``, the sessions and this gateway's state."""
+        from clawlet.api.health import check_llm, check_mcp, check_sandbox, check_workspace, overall_status
+        from clawlet.tools.sandbox import sandbox_status
+
+        settings = self.workspaces.default.settings
+        root = settings.paths.root
+        llm, workspace, mcp, sandbox = await asyncio.gather(
+            check_llm(settings),
+            asyncio.to_thread(check_workspace, root),
+            asyncio.to_thread(check_mcp, root),
+            asyncio.to_thread(sandbox_status, settings.sandbox),
+        )
+        checks = {"llm": llm, "workspace": workspace, "mcp": mcp, "sandbox": check_sandbox(sandbox)}
+        health = await self._health(conn, {})
+        return {
+            "ts": now_ms(),
+            "status": overall_status(checks),
+            "version": __version__,
+            "uptimeMs": operator.uptime_ms(self.started),
+            "checks": checks,
+            "sessions": health["sessions"],
+            "connections": len([each for each in self.connections if each.connected]),
+            "activeRuns": len(self.runs),
+            "defaultAgentId": DEFAULT_AGENT_ID,
+            "model": self.model_name,
+        }
+
+    async def _system_presence(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``system-presence``: one entry per connected client."""
+        return [
+            operator.presence_entry(each.client, each.scopes, each.remote, each.since_ms, each.conn_id)
+            for each in list(self.connections)
+            if each.connected
+        ]
+
+    async def _logs_tail(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``logs.tail {cursor?, limit?, maxBytes?}``: the server's log kept in memory."""
+        cursor = param_int(params, "cursor", minimum=0)
+        limit = param_int(params, "limit", minimum=1, maximum=operator.LOGS_MAX_LIMIT)
+        max_bytes = param_int(params, "maxBytes", minimum=1, maximum=operator.LOGS_MAX_BYTES)
+        page = LOG_RING.page(
+            cursor, limit or operator.LOGS_DEFAULT_LIMIT, max_bytes or operator.LOGS_DEFAULT_BYTES
+        )
+        result: dict[str, Any] = {
+            "file": f"clawlet log (in memory, last {LOG_RING.capacity} lines)",
+            "cursor": page.cursor,
+            "size": page.size,
+            "lines": page.lines,
+            "truncated": page.truncated,
+            "reset": page.reset,
+        }
+        if page.skipped_bytes:
+            result["skippedBytes"] = page.skipped_bytes
+        return result
+
+    async def _usage_cost(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return self.usage.cost(params)
+
+    async def _diagnostics_stability(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return self.stability.snapshot(params)
+
+    async def _config_get(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        return operator.config_view(self.workspaces.default.settings)
+
+    async def _sessions_subscribe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.subscribe``: every reader already receives every run's ``chat`` events."""
+        return {"subscribed": True}
+
+    async def _sessions_describe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.describe {key}`` → ``{session}``: its ``sessions.list`` row, or null when the
+        session has no transcript yet."""
+        key = param_str(params, "key", max_length=512)
+        assert key is not None
+        target = await self.resolve(key)
+        try:
+            data = await asyncio.to_thread(target.services.transcripts.load, target.session_id)
+        except SessionNotFound:
+            return {"session": None}
+        except SessionCorrupt as exc:
+            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+        item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
+        return {"session": self._session_row(target.agent_id, target.services, item)}
+
+    async def _commands_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``commands.list``: clawlet offers no slash commands to gateway clients."""
+        return {"commands": []}
+
+    async def _question_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``question.list``: the agent's questions still waiting for an answer."""
+        pending = [
+            each for each in self.approvals.values() if each.kind == wire.KIND_QUESTION and not each.settled
+        ]
+        return {"questions": [each.question_record() for each in pending]}
+
+    async def _plugin_approval_list(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``plugin.approval.list``: pending tool approvals as ``plugin.approval.requested`` has them."""
+        pending = [
+            each for each in self.approvals.values() if each.kind == wire.KIND_PLUGIN and not each.settled
+        ]
+        return [
+            payload
+            for each in pending
+            for event, payload in each.requested_events()
+            if event == wire.EVENT_PLUGIN_REQUESTED
+        ]
+
     # -- run events -------------------------------------------------------------------------------
 
     def _readers(self) -> Iterable[Connection]:
@@ -1166,6 +1430,10 @@ class GatewayServer:
                 self._drop_pending(gateway_run, approval_id)
             if self.runs.get(gateway_run.run_id) is gateway_run:
                 del self.runs[gateway_run.run_id]
+            self._ended_runs[gateway_run.run_id] = gateway_run
+            while len(self._ended_runs) > IDEMPOTENCY_MEMORY:
+                self._ended_runs.popitem(last=False)
+            gateway_run.ended.set()
 
     async def _stream(self, gateway_run: GatewayRun) -> RunWaiting | None:
         """Stream one clawlet run; its ``RunWaiting`` if it paused, else None (terminal event sent)."""
@@ -1178,6 +1446,10 @@ class GatewayServer:
         for approval in list(gateway_run.pending.values()):
             self._settle(approval, wire.CANCELLED)
         gateway_run.finished = True
+        gateway_run.terminal = payload
+        gateway_run.ended_ms = now_ms()
+        if gateway_run.usage:
+            self.usage.add(self.model_name, gateway_run.usage["input"], gateway_run.usage["output"])
         self._broadcast_chat(gateway_run, payload)
 
     # -- approvals --------------------------------------------------------------------------------
