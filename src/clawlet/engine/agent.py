@@ -47,6 +47,7 @@ from clawlet.engine.approvals import (
     hitl_decision,
     pending_from_interrupt,
 )
+from clawlet.engine.client_tools import ClientToolMiddleware
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
@@ -204,6 +205,7 @@ class AgentEngine:
                 ToolPermissionMiddleware(),
                 SamplingMiddleware(self.provider),
                 approval_middleware([tool.name for tool in tools]),
+                ClientToolMiddleware(),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
                 ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
@@ -291,8 +293,8 @@ class AgentEngine:
         ``resume`` (and the same ``pause``) ``message`` and ``history`` are ignored: the paused
         turn continues with the decision."""
         context = await self.resolve_context(context)
-        if context.approval_mode == "ask" and pause is None:
-            raise ValueError("a turn that may ask for approval needs a pause point (a checkpointer)")
+        if context.may_pause and pause is None:
+            raise ValueError("a turn that may pause needs a pause point (a checkpointer)")
         agent = self.build_agent() if pause is None else self.pausable_agent(pause)
         # Every model call walks each graph node once (the model, the tools and every middleware
         # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from clawlet.engine.client_tools import ClientTool
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 
 ApprovalMode = Literal["ask", "deny", "allow"]
@@ -24,7 +25,9 @@ class RunContext:
     ``policy_denied`` are set to ``deny``, ``approval_denied`` are ``ask`` tools this turn cannot ask
     about, ``skipped_approval`` are ``ask`` tools it runs without asking; ``resume_call_ids`` are
     the tool calls a resumed run waits on (always asked, whatever the policy says by then);
-    ``sampling`` the client's sampling options for each model call."""
+    ``sampling`` the client's sampling options for each model call; ``client_tools`` functions the
+    client offers and runs itself, ``tool_choice`` (``auto``, ``none``, ``required`` or one of their
+    names) how they are offered (:mod:`clawlet.engine.client_tools`)."""
 
     allowed_tools: frozenset[str] | None = None
     disallowed_tools: frozenset[str] = frozenset()
@@ -36,8 +39,18 @@ class RunContext:
     skipped_approval: frozenset[str] = frozenset()
     resume_call_ids: frozenset[str] = frozenset()
     sampling: Sampling = NO_SAMPLING
+    client_tools: tuple[ClientTool, ...] = ()
+    tool_choice: str = "auto"
+
+    @property
+    def may_pause(self) -> bool:
+        """Whether the turn may pause (for an approval or a client tool's result): it needs a
+        checkpointer then."""
+        return self.approval_mode == "ask" or bool(self.client_tools)
 
     def tool_allowed(self, name: str) -> bool:
+        if any(tool.name == name for tool in self.client_tools):
+            return True
         if name in self.disallowed_tools or name in self.policy_denied or name in self.approval_denied:
             return False
         return self.allowed_tools is None or name in self.allowed_tools
