@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,9 +17,10 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.config import Settings
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, free_port
 from tests.support.node_clients import run_node_client
 
 WEATHER = {
@@ -252,6 +254,19 @@ def test_bad_tools_and_results_are_clear_400s(live_server: Callable[..., LiveSer
         assert len(llm.requests) == 1  # nothing of this reached the model
         assert [call["output"] for call in stored_calls(server.settings, session_id)] == ["", ""]
 
+        llm.set_script([text_turn("Moved on.")])  # a new user message instead: a new turn
+        moved = post(
+            server,
+            {**base, "messages": [{"role": "user", "content": "never mind"}]},
+            **{"X-Session-ID": session_id},
+        )
+        assert moved.status_code == 200 and moved.json()["choices"][0]["message"]["content"] == "Moved on."
+        assert all(
+            call["output"].startswith("[not run") for call in stored_calls(server.settings, session_id)
+        )
+        late = post(server, {**base, "messages": answer}, **{"X-Session-ID": session_id})
+        assert late.status_code == 400 and one in late.json()["error"]["message"]
+
 
 def test_langchain_bind_tools_round_trip(live_server: Callable[..., LiveServer]) -> None:
     @tool
@@ -355,3 +370,44 @@ def test_the_demo_model_calls_a_client_tool(server: LiveServer) -> None:
     ).json()
     assert second["choices"][0]["finish_reason"] == "stop"
     assert "sunny" in second["choices"][0]["message"]["content"]
+
+
+def test_client_tools_in_cluster_mode(tmp_path: Path) -> None:
+    """Through the control plane to the user's execution plane (its session processes pause and
+    continue the run), with the offline demo model, streamed with the real SDK."""
+    cluster = LocalCluster(tmp_path / "cluster", ["alice"], free_port())
+    try:
+        cluster.start()
+        client = openai.OpenAI(
+            base_url=f"{cluster.base_url}/v1", api_key=cluster.tokens["alice"], max_retries=0
+        )
+        ask = [{"role": "user", "content": 'call: get_weather {"city": "Paris"}'}]
+        chunks = list(
+            client.chat.completions.create(model="clawlet", messages=ask, tools=[WEATHER], stream=True)
+        )  # type: ignore[arg-type,list-item]
+        deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+            "tool_calls"
+        ]
+        call_id = next(d.id for d in deltas if d.id)
+        arguments = "".join(d.function.arguments or "" for d in deltas if d.function)
+        assert json.loads(arguments) == {"city": "Paris"}
+        assistant = {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments},
+                }
+            ],
+        }
+        result = {"role": "tool", "tool_call_id": call_id, "content": "sunny"}
+        final = client.chat.completions.create(
+            model="clawlet", messages=[*ask, assistant, result], tools=[WEATHER]
+        )  # type: ignore[arg-type,list-item]
+        assert final.choices[0].finish_reason == "stop" and "sunny" in (
+            final.choices[0].message.content or ""
+        )
+    finally:
+        cluster.stop()

@@ -36,6 +36,7 @@ from clawlet.api.openai.client_tools import (
     ToolsError,
     call_index,
     continue_with_results,
+    drop_unanswered_calls,
     match_results,
     parse_tool_choice,
     parse_tools,
@@ -232,6 +233,7 @@ async def chat_completions(
     note = permission_note(await services.engine.resolve_context(context))
     try:
         validate_session_id(session_id)
+        await drop_unanswered_calls(services.sessions, session_id)
         run = await services.sessions.start_turn(
             session_id, turn.text, prior=turn.prior, title=False, context=context
         )

@@ -19,7 +19,8 @@ The engine side (how they are offered, how a call pauses the run) is
   one the ``X-Session-ID`` header (or ``session_id``) names, else the one that issued the ids. Every
   call the run waits for needs a result (400 naming the missing ids); an id the run does not wait
   for is a 400 too. The results continue the same run (one decision ``result`` per call, in the
-  order the run paused), and the answer is that run's continuation, streamed or not.
+  order the run paused), and the answer is that run's continuation, streamed or not. A new user
+  message instead drops the paused run (the client moved on; its calls are marked not run).
 """
 
 from __future__ import annotations
@@ -210,6 +211,18 @@ def match_results(waiting: Sequence[Pending], results: Mapping[str, str]) -> lis
             "messages",
         )
     return [(item, results[call_id]) for call_id, item in calls.items()]
+
+
+async def drop_unanswered_calls(sessions: SessionManager, session_id: str) -> None:
+    """A new user message to a session that waits only for client tool results: the client moved
+    on without them, so the paused run is dropped (its calls are marked not run) and the message
+    starts a new turn. A session waiting for the user's approvals is left waiting (409)."""
+    waiting = sessions.waiting_for(session_id)
+    if waiting and all(is_client_call(item) for item in waiting):
+        await sessions.cancel(session_id)
+        for item in waiting:
+            if isinstance(item, ApprovalRequested):
+                call_index(sessions).forget(client_call_id(item))
 
 
 async def continue_with_results(
