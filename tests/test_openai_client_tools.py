@@ -19,6 +19,7 @@ from langchain_openai import ChatOpenAI
 
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.config import Settings
+from clawlet.engine.client_tools import provider_tool_choice
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
 from tests.conftest import LiveServer, free_port
 from tests.support.node_clients import run_node_client
@@ -176,6 +177,7 @@ def test_tool_choice_reaches_the_first_model_call(live_server: Callable[..., Liv
                 tool_turn(ToolCall("get_weather", {"city": "Oslo"})),
                 text_turn("Rainy."),
                 text_turn("No tools."),
+                text_turn("Forced."),
             ]
         )
         server = scripted_server(live_server, llm)
@@ -204,6 +206,15 @@ def test_tool_choice_reaches_the_first_model_call(live_server: Callable[..., Liv
             tool_choice="none",  # type: ignore[arg-type,list-item]
         )
         assert "get_weather" not in offered(llm.requests[2])
+        client.chat.completions.create(
+            model="clawlet",
+            messages=ASK,
+            tools=[WEATHER],  # type: ignore[list-item]
+            tool_choice="required",
+        )
+        assert llm.requests[3]["tool_choice"] == "required"
+        assert provider_tool_choice("required", "anthropic") == "any"  # Anthropic's word for it
+        assert provider_tool_choice("get_weather", "anthropic") == "get_weather"
 
 
 def test_bad_tools_and_results_are_clear_400s(live_server: Callable[..., LiveServer]) -> None:

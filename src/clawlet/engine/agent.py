@@ -205,7 +205,7 @@ class AgentEngine:
                 ToolPermissionMiddleware(),
                 SamplingMiddleware(self.provider),
                 approval_middleware([tool.name for tool in tools]),
-                ClientToolMiddleware(),
+                ClientToolMiddleware(self.provider),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
                 ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),

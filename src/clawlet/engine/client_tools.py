@@ -8,7 +8,8 @@ functions. Design:
   them to every model call as OpenAI function tools (a name clash with a clawlet tool is the
   caller's 400). ``tool_choice``: ``auto`` (the default) offers them; ``none`` offers none of them;
   ``required`` and a function's name force a tool call on the turn's first model call only (later
-  calls are ``auto``, or the agent could never answer); the provider receives it as it supports it.
+  calls are ``auto``, or the agent could never answer); the provider receives it in its own terms
+  (:func:`provider_tool_choice`; the demo model ignores it).
 - **A call pauses the run.** When the model calls a client tool, the tool node raises a LangGraph
   interrupt for that call (``type: "client_tool"``) instead of running anything, the same pause a
   tool needing approval uses (:mod:`clawlet.engine.approvals`, a checkpointer keeps the graph):
@@ -87,12 +88,22 @@ def first_model_call(messages: Sequence[Any]) -> bool:
     return True
 
 
+def provider_tool_choice(choice: str, provider: str) -> str:
+    """``choice`` (``required`` or a function's name) as ``provider``'s ``bind_tools`` takes it:
+    Anthropic calls ``required`` ``any``."""
+    return "any" if choice == "required" and provider == "anthropic" else choice
+
+
 def _context(runtime: Any) -> Any:
     return getattr(runtime, "context", None)
 
 
 class ClientToolMiddleware(AgentMiddleware[Any, Any, Any]):
     """Offers the turn's client tools to the model and pauses the run on a call to one."""
+
+    def __init__(self, provider: str) -> None:
+        super().__init__()
+        self.provider = provider
 
     def _offered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         context = _context(request.runtime)
@@ -102,7 +113,7 @@ class ClientToolMiddleware(AgentMiddleware[Any, Any, Any]):
             return request
         override: dict[str, Any] = {"tools": [*request.tools, *(tool.as_openai() for tool in tools)]}
         if choice != "auto" and first_model_call(request.messages):
-            override["tool_choice"] = choice  # "required" or a function's name
+            override["tool_choice"] = provider_tool_choice(choice, self.provider)
         return request.override(**override)
 
     def wrap_model_call(
