@@ -6,9 +6,11 @@ once. Middleware refuses tools a turn may not use, pauses before tools whose app
 (a failing tool never crashes a run), masks known secrets in every tool result
 (:mod:`clawlet.engine.masking`) and caps model and tool calls per run.
 
-A turn that may pause runs on a checkpointer (:class:`~clawlet.engine.approvals.PausePoint`); when
-it pauses, :meth:`AgentEngine.stream` ends with ``ApprovalRequested`` / ``QuestionAsked`` events
-and a ``RunWaiting``, and a later call with ``resume=`` continues it from the checkpoint.
+A turn that may pause (for an approval, or for a client tool's result:
+:mod:`clawlet.engine.client_tools`) runs on a checkpointer
+(:class:`~clawlet.engine.approvals.PausePoint`); when it pauses, :meth:`AgentEngine.stream` ends
+with ``ApprovalRequested`` / ``QuestionAsked`` events and a ``RunWaiting``, and a later call with
+``resume=`` continues it from the checkpoint.
 """
 
 from __future__ import annotations
@@ -287,7 +289,7 @@ class AgentEngine:
     ) -> AsyncIterator[Event]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events.
 
-        With ``pause`` (needed for ``context.approval_mode == "ask"``) the graph state is kept in
+        With ``pause`` (needed when ``context.may_pause``) the graph state is kept in
         that checkpoint thread, and a turn that pauses ends with an ``ApprovalRequested`` or
         ``QuestionAsked`` per new pending item and a ``RunWaiting`` listing all of them. With
         ``resume`` (and the same ``pause``) ``message`` and ``history`` are ignored: the paused
