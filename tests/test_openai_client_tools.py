@@ -7,6 +7,7 @@ server whose model is the scripted upstream: a call to a client tool ends the an
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from clawlet.api.openai.client_tools import CALL_KEPT_SECONDS, ClientCallIndex
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.config import Settings
 from clawlet.engine.client_tools import provider_tool_choice
@@ -376,9 +378,14 @@ def test_the_demo_model_calls_a_client_tool(server: LiveServer) -> None:
     [call] = message["tool_calls"]
     assert call["function"]["name"] == "get_weather"
     result = {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}
-    second = post(
-        server, {"model": "clawlet", "messages": [*ask, message, result], "tools": [WEATHER]}
-    ).json()
+    body = {"model": "clawlet", "messages": [*ask, message, result], "tools": [WEATHER]}
+    settings = server.settings
+    index = ClientCallIndex(settings.paths.sessions / "approvals" / "client-calls", settings.paths.root)
+    session_id = index.session_of(call["id"])
+    assert session_id == first["session_id"]
+    index.prune(now=time.time() + CALL_KEPT_SECONDS + 60)  # long unanswered: forgotten
+    assert post(server, body).status_code == 400 and index.session_of(call["id"]) is None
+    second = post(server, body, **{"X-Session-ID": session_id}).json()  # the header still finds it
     assert second["choices"][0]["finish_reason"] == "stop"
     assert "sunny" in second["choices"][0]["message"]["content"]
 

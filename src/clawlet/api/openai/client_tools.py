@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,8 @@ from clawlet.storage import atomic_write_text
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CALL_ID = re.compile(r"^call_[A-Za-z0-9_-]{1,128}$")
 CALL_PREFIX = "call_"
+CALL_KEPT_SECONDS = 7 * 24 * 3600
+"""How long an unanswered client tool call is remembered."""
 
 
 class ToolsError(ValueError):
@@ -147,15 +151,25 @@ def tool_results(messages: Sequence[Any], text_of: Callable[[Any], str]) -> dict
 
 class ClientCallIndex:
     """Which session issued a client tool call id: one small file per call, written (atomically)
-    when a run pauses on it, removed when its result arrives, so a client that sends no session
-    header is still found (after a restart too)."""
+    when a run pauses on it, removed when its result arrives (or the client moves on), so a client
+    that sends no session header is still found (after a restart too). Files of calls never
+    answered (a session cancelled or deleted elsewhere) are removed after :data:`CALL_KEPT_SECONDS`."""
 
     def __init__(self, directory: Path, root: Path) -> None:
         self.directory = directory
         self.root = root
 
     def remember(self, call_id: str, session_id: str) -> None:
+        self.prune()
         atomic_write_text(self.directory / call_id, session_id, root=self.root)
+
+    def prune(self, now: float | None = None) -> None:
+        """Remove the files of calls older than :data:`CALL_KEPT_SECONDS`."""
+        cutoff = (time.time() if now is None else now) - CALL_KEPT_SECONDS
+        for path in self.directory.glob(f"{CALL_PREFIX}*"):
+            with suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
 
     def session_of(self, call_id: str) -> str | None:
         if not CALL_ID.match(call_id):
