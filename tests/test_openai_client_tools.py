@@ -17,6 +17,7 @@ import openai
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
 
 from clawlet.api.openai.client_tools import CALL_KEPT_SECONDS, ClientCallIndex
 from clawlet.cluster.local_cluster import LocalCluster
@@ -301,6 +302,23 @@ def test_langchain_bind_tools_round_trip(live_server: Callable[..., LiveServer])
         final = bound.invoke([question, reply, result])
         assert final.text == "Paris is sunny." and not final.tool_calls
         assert tool_messages(llm.requests[1])[0]["content"] == "sunny in Paris"
+
+
+def test_langchain_structured_output_by_function_calling(live_server: Callable[..., LiveServer]) -> None:
+    """``with_structured_output(method="function_calling")`` forces a call to a client tool and
+    reads the answer from its arguments."""
+
+    class Weather(BaseModel):
+        city: str
+        sunny: bool
+
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([tool_turn(ToolCall("Weather", {"city": "Paris", "sunny": True}))])
+        server = scripted_server(live_server, llm)
+        model = ChatOpenAI(base_url=f"{server.url}/v1", api_key="x", model="clawlet", max_retries=0)
+        structured = model.with_structured_output(Weather, method="function_calling")
+        assert structured.invoke("Weather in Paris?") == Weather(city="Paris", sunny=True)
+        assert llm.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "Weather"}}
 
 
 def test_npm_openai_streams_a_round_trip(live_server: Callable[..., LiveServer]) -> None:

@@ -64,6 +64,23 @@ ODD_CASES: list[tuple[str, dict[str, Any]]] = [
         "POST /v1/chat/completions",
         {"body": {"model": "clawlet", "messages": [{"role": "user", "content": LONE_SURROGATE}]}},
     ),
+    (
+        "POST /v1/chat/completions",
+        {
+            "body": {
+                "model": "clawlet",
+                "messages": [{"role": "user", "content": "hi"}],
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"$ref": "x:y"}},
+                },
+            }
+        },
+    ),
+    (
+        "POST /v1/chat/completions",
+        {"body": {"model": "clawlet", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}},
+    ),
     ("GET /api/files", {"query": {"path": LONG_NAME}}),
     ("POST /api/files", {"body": {"path": LONG_NAME, "content": "x"}}),
     ("POST /api/tokens/files", {"body": {"paths": [LONG_NAME]}}),

@@ -10,7 +10,7 @@ import sys
 import uuid
 from collections.abc import Iterable, Sequence
 
-from clawlet import __version__
+from clawlet import __version__, aio
 from clawlet.config import Settings
 from clawlet.event_stream import EventStream
 from clawlet.events import (
@@ -101,6 +101,7 @@ def cmd_serve(settings: Settings) -> int:
         app,
         host=settings.host,
         port=settings.port,
+        loop=aio.uvicorn_loop(),
         log_config=None,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
@@ -245,9 +246,7 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
     )
     configure_logging(settings.log_format, settings.log_level)
     try:
-        return asyncio.run(
-            run_exec_plane(state, settings, environ=environ, demo_token_delay=DEMO_TOKEN_DELAY)
-        )
+        return aio.run(run_exec_plane(state, settings, environ=environ, demo_token_delay=DEMO_TOKEN_DELAY))
     except ValueError as exc:  # e.g. CONTROL_PLANE_WS is not a ws:// or wss:// URL
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -313,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "gateway_port", None):
         overrides["gateway_port"] = args.gateway_port
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        aio.loop_name()
+    except ValueError as exc:  # CLAWLET_EVENT_LOOP names no loop this machine has
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.command == "init":
         return cmd_init(settings)
     if args.command == "serve":
@@ -328,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return local_cluster.run(args, settings)
     session_id = args.session or uuid.uuid4().hex
-    return asyncio.run(_chat(settings, session_id, args.message))
+    return aio.run(_chat(settings, session_id, args.message))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from fastapi import APIRouter, FastAPI, WebSocket
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
+from clawlet import aio
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.config import Settings
 from clawlet.gateway.asgi import serve_websocket
@@ -106,4 +107,4 @@ def serve_with_gateway_port(app: FastAPI, settings: Settings, graceful_seconds: 
         lifespan="off",  # the main app's lifespan owns the services and closes the gateway
         timeout_graceful_shutdown=graceful_seconds,
     )
-    asyncio.run(serve_together([shared_signal_server(main), shared_signal_server(gateway)]))
+    aio.run(serve_together([shared_signal_server(main), shared_signal_server(gateway)]))

@@ -81,6 +81,7 @@ import uvicorn
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketState
 
+from clawlet import aio
 from clawlet.cluster.protocol import (
     AUTH,
     AUTH_TIMEOUT,
@@ -1808,7 +1809,7 @@ def server_config(app: Any, host: str = "127.0.0.1", port: int = 8002, **options
     options.setdefault("ws_max_size", MAX_FRAME_BYTES)
     options.setdefault("ws_ping_interval", 20.0)
     options.setdefault("ws_ping_timeout", 20.0)
-    return uvicorn.Config(app, host=host, port=port, **options)
+    return uvicorn.Config(app, host=host, port=port, loop=aio.uvicorn_loop(), **options)
 
 
 def new_jwt_secret() -> str:

@@ -55,6 +55,7 @@ from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.engine.sampling import SamplingMiddleware
+from clawlet.engine.structured import ResponseFormatMiddleware
 from clawlet.events import (
     Event,
     NewSegment,
@@ -69,6 +70,7 @@ from clawlet.events import (
     render_tool_input,
 )
 from clawlet.llm.demo import RETRIEVAL_HEADER
+from clawlet.llm.images import user_message
 from clawlet.llm.providers import build_chat_model, describe_model
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 from clawlet.memory.index import SearchResult
@@ -206,8 +208,10 @@ class AgentEngine:
                 workspace_prompt,
                 ToolPermissionMiddleware(),
                 SamplingMiddleware(self.provider),
-                approval_middleware([tool.name for tool in tools]),
+                # the client's tools are added before the response format looks at what a call offers
                 ClientToolMiddleware(self.provider),
+                ResponseFormatMiddleware(self.provider),
+                approval_middleware([tool.name for tool in tools]),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
                 ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
@@ -343,10 +347,18 @@ class AgentEngine:
                 yield Retrieval(query=message, results=[dict(item) for item in results])
                 if results:
                     recalled.append(HumanMessage(format_retrieval(results)))
-            inputs = {"messages": [*to_langchain_messages(history), *recalled, HumanMessage(message)]}
+            inputs = {
+                "messages": [
+                    *to_langchain_messages(history),
+                    *recalled,
+                    user_message(message, context.images),
+                ]
+            }
             if pause is not None:  # a fresh turn: nothing of an earlier one may be resumed into it
                 await agent.checkpointer.adelete_thread(pause.thread_id)
         tools_ran = interrupted = truncated = False
+        # a structured answer is shown once validated (from the model step's result), never its drafts
+        structured = context.response_format is not None
         input_tokens = output_tokens = 0
         async for mode, payload in agent.astream(
             inputs, config=config, context=context, stream_mode=["messages", "updates"], **options
@@ -361,7 +373,7 @@ class AgentEngine:
                 reasoning = chunk.additional_kwargs.get("reasoning_content")
                 if isinstance(reasoning, str) and reasoning:
                     yield Thinking(reasoning)
-                text = chunk.text
+                text = "" if structured else chunk.text
                 if text:
                     if tools_ran:
                         tools_ran = False
@@ -388,6 +400,8 @@ class AgentEngine:
                     elif isinstance(item, AIMessage):
                         if node == MODEL_NODE:
                             truncated = cut_by_cap(item)  # the last model call's end counts
+                            if structured and item.text and not item.tool_calls:
+                                yield TextDelta(item.text)
                         if node != MODEL_NODE and item.text:
                             # A middleware ended the run with a notice (e.g. the model-call cap).
                             if tools_ran:

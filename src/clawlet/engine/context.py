@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from clawlet.engine.client_tools import ClientTool
+from clawlet.llm.images import Image
+from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 
 ApprovalMode = Literal["ask", "deny", "allow"]
@@ -25,8 +27,10 @@ class RunContext:
     ``policy_denied`` are set to ``deny``, ``approval_denied`` are ``ask`` tools this turn cannot ask
     about, ``skipped_approval`` are ``ask`` tools it runs without asking; ``resume_call_ids`` are
     the tool calls a resumed run waits on (always asked, whatever the policy says by then);
-    ``sampling`` the client's sampling options for each model call; ``client_tools`` functions the
-    client offers and runs itself, ``tool_choice`` (``auto``, ``none``, ``required`` or one of their
+    ``sampling`` the client's sampling options for each model call; ``response_format`` the shape
+    of the final answer (:mod:`clawlet.engine.structured`); ``images`` the images sent
+    with the user message (:mod:`clawlet.llm.images`); ``client_tools`` functions the client
+    offers and runs itself, ``tool_choice`` (``auto``, ``none``, ``required`` or one of their
     names) how they are offered (:mod:`clawlet.engine.client_tools`)."""
 
     allowed_tools: frozenset[str] | None = None
@@ -39,6 +43,8 @@ class RunContext:
     skipped_approval: frozenset[str] = frozenset()
     resume_call_ids: frozenset[str] = frozenset()
     sampling: Sampling = NO_SAMPLING
+    response_format: ResponseFormat | None = None
+    images: tuple[Image, ...] = ()
     client_tools: tuple[ClientTool, ...] = ()
     tool_choice: str = "auto"
 

@@ -37,6 +37,7 @@ from typing import Any, Final
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
+from clawlet import aio
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
 from clawlet.engine.approvals import PausePoint
@@ -502,7 +503,7 @@ def run_child() -> int:
     configure_logging(
         os.environ.get("CLAWLET_LOG_FORMAT", "json"), os.environ.get("CLAWLET_LOG_LEVEL", "INFO")
     )
-    return asyncio.run(_child_main())
+    return aio.run(_child_main())
 
 
 def main() -> None:

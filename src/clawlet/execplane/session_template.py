@@ -70,6 +70,7 @@ log = logging.getLogger(TEMPLATE_MODULE)  # not __name__: the template runs this
 PACKET_LIMIT: Final = 64 * 1024
 PRELOAD: Final = (
     "clawlet.execplane.session_child",
+    "uvloop",
     "clawlet.logs",
     "clawlet.memory.stores",
     "clawlet.runtime.engine_adapter",

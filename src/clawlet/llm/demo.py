@@ -13,6 +13,8 @@ It lets the whole product run with no API key and no network. It reads the last 
 - with RAG mode on and memory retrieved → answers with what it recalled
 - a weather question (``weather`` / ``天气``) → reads ``skills/get_weather/SKILL.md``
 - after a tool result → answers from that result; anything else → a labelled echo with hints.
+- asked for a ``response_format`` (a call argument, as OpenAI takes it) → its answer as JSON: an
+  object built from the schema with the text in its strings (``{"answer": ...}`` for ``json_object``).
 
 It streams token by token and emits tool calls as streaming tool-call chunks, like real providers.
 """
@@ -43,6 +45,8 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+
+from clawlet.llm.response_format import example_for_schema
 
 DEMO_MODEL_NAME = "demo"
 DEMO_MODEL_LABEL = "demo (offline demo model, no LLM)"
@@ -225,6 +229,7 @@ class DemoChatModel(BaseChatModel):
 
     token_delay: float = 0.0
     bound_tool_names: frozenset[str] = frozenset()
+    bound_response_format: dict[str, Any] | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -242,10 +247,20 @@ class DemoChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         names = frozenset(name for name in map(_bound_name, tools) if name)
-        return self.model_copy(update={"bound_tool_names": names})
+        fmt = kwargs.get("response_format")
+        return self.model_copy(update={"bound_tool_names": names, "bound_response_format": fmt})
 
-    def _reply(self, messages: list[BaseMessage]) -> DemoReply:
-        return plan_reply(messages, set(self.bound_tool_names))
+    def _reply(self, messages: list[BaseMessage], response_format: Any = None) -> DemoReply:
+        reply = plan_reply(messages, set(self.bound_tool_names))
+        response_format = response_format or self.bound_response_format
+        if not isinstance(response_format, dict) or reply.tool_name:
+            return reply
+        spec = response_format.get("json_schema")
+        if response_format.get("type") == "json_schema" and isinstance(spec, dict):
+            answer = example_for_schema(spec.get("schema") or {}, reply.text)
+        else:
+            answer = {"answer": reply.text}
+        return DemoReply(json.dumps(answer, ensure_ascii=False))
 
     def _generate(
         self,
@@ -254,7 +269,7 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        reply = self._reply(messages)
+        reply = self._reply(messages, kwargs.get("response_format"))
         tool_calls = []
         if reply.tool_name:
             tool_calls.append({"name": reply.tool_name, "args": reply.tool_args or {}, "id": _call_id()})
@@ -286,7 +301,7 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._reply(messages)):
+        for chunk in self._chunks(self._reply(messages, kwargs.get("response_format"))):
             if run_manager and isinstance(chunk.content, str) and chunk.content:
                 run_manager.on_llm_new_token(chunk.content, chunk=ChatGenerationChunk(message=chunk))
             yield ChatGenerationChunk(message=chunk)
@@ -298,7 +313,7 @@ class DemoChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._reply(messages)):
+        for chunk in self._chunks(self._reply(messages, kwargs.get("response_format"))):
             await asyncio.sleep(self.token_delay)
             generation = ChatGenerationChunk(message=chunk)
             if run_manager and isinstance(chunk.content, str) and chunk.content:

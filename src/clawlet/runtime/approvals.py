@@ -30,6 +30,7 @@ from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_j
 from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
 from clawlet.engine.context import RunContext
 from clawlet.events import Pending
+from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import Sampling
 from clawlet.paths import read_text_inside
 from clawlet.runtime.checkpointer import LocalCheckpointer
@@ -51,6 +52,7 @@ def context_to_json(context: RunContext) -> dict[str, Any]:
         "sampling": context.sampling.to_json(),
         "client_tools": client_tools_to_json(context.client_tools),
         "tool_choice": context.tool_choice,
+        "response_format": None if context.response_format is None else context.response_format.to_json(),
     }
 
 
@@ -67,6 +69,7 @@ def context_from_json(data: Any) -> RunContext:
         sampling=Sampling.from_json(data.get("sampling")),
         client_tools=client_tools_from_json(data.get("client_tools")),
         tool_choice=str(data.get("tool_choice") or "auto"),
+        response_format=ResponseFormat.from_json(data.get("response_format")),
     )
 
 

@@ -45,6 +45,8 @@ from clawlet.engine.approvals import Decision, PausePoint, Resume
 from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import Event, NewSegment, TextDelta
+from clawlet.llm.images import Image
+from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import Sampling
 from clawlet.runtime.base import UserMessage
 
@@ -79,6 +81,10 @@ def encode_context(context: RunContext) -> dict[str, Any]:
     encoded["sampling"] = context.sampling.to_json()
     encoded["client_tools"] = client_tools_to_json(context.client_tools)
     encoded["tool_choice"] = context.tool_choice
+    encoded["response_format"] = (
+        None if context.response_format is None else context.response_format.to_json()
+    )
+    encoded["images"] = [image.to_json() for image in context.images]
     return encoded
 
 
@@ -95,6 +101,8 @@ def decode_context(data: Any) -> RunContext:
         sampling=Sampling.from_json(data.get("sampling")),
         client_tools=client_tools_from_json(data.get("client_tools")),
         tool_choice=str(data.get("tool_choice") or "auto"),
+        response_format=ResponseFormat.from_json(data.get("response_format")),
+        images=tuple(image for image in map(Image.from_json, data.get("images") or ()) if image is not None),
         **sets,
     )
 

@@ -13,6 +13,11 @@ The model is ``clawlet`` (other ids get 404 ``model_not_found``); the client's s
 ``finish_reason`` is ``length`` when the cap cut the answer. Open WebUI's background tasks are no
 turns: the model alone answers them, in no session (:mod:`clawlet.api.openai.tasks`).
 
+``response_format`` (``json_object``, ``json_schema``) shapes the turn's final answer
+(:mod:`clawlet.engine.structured`); images in the user message reach a model that accepts them and
+are refused (400) for one that does not (:mod:`clawlet.llm.images`); ``user`` is logged with the
+session id.
+
 This endpoint cannot ask the user anything, so tools whose approval policy is ``ask`` are denied
 (not offered; a call is refused) unless the request says ``dangerously-skip-permissions=true``,
 which runs them without asking; ``ask_user`` is never offered. With thinking on, the thinking
@@ -21,6 +26,7 @@ block says which tools this affected.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -59,11 +65,14 @@ from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import Event, RunFailed
+from clawlet.llm.images import ContentError, Image, accepts_images, image_note, image_of
 from clawlet.llm.providers import describe_model
+from clawlet.llm.response_format import ResponseFormatError, parse_response_format
 from clawlet.llm.sampling import Sampling
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import validate_session_id
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 AGENT_MODEL_ID = "clawlet"
@@ -104,6 +113,8 @@ class ChatCompletionRequest(BaseModel):
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    user: str | None = Field(default=None, max_length=256)
 
     def sampling(self) -> Sampling:
         """The sampling options for each model call (``max_completion_tokens`` wins)."""
@@ -120,12 +131,42 @@ class ChatCompletionRequest(BaseModel):
 
 
 def message_text(message: ChatMessage) -> str:
-    """Text of a message; content parts other than text (images...) are skipped."""
+    """Text of a message, a note per image after it (see :func:`content_error`)."""
     if isinstance(message.content, str):
         return message.content
     if not message.content:
         return ""
-    return "".join(str(part.get("text", "")) for part in message.content if part.get("type") == "text")
+    text = "".join(str(part.get("text", "")) for part in message.content if part.get("type") == "text")
+    notes = "\n".join(
+        image_note(image_of(part).url) for part in message.content if part.get("type") == "image_url"
+    )
+    return "\n\n".join(piece for piece in (text, notes) if piece)
+
+
+def message_images(message: ChatMessage) -> tuple[Image, ...]:
+    """The images of a message."""
+    if not isinstance(message.content, list):
+        return ()
+    return tuple(image_of(part) for part in message.content if part.get("type") == "image_url")
+
+
+def content_error(messages: list[ChatMessage]) -> JSONResponse | None:
+    """A 400 for a content part clawlet cannot pass on (never dropped silently), else ``None``."""
+    for index, message in enumerate(messages):
+        for part in message.content if isinstance(message.content, list) else ():
+            kind = part.get("type")
+            try:
+                if kind == "image_url":
+                    image_of(part)
+                elif kind != "text":
+                    raise ContentError(
+                        f"content parts of type {kind!r} are not supported: send 'text' or 'image_url'"
+                    )
+            except ContentError as exc:
+                return openai_error(
+                    f"messages[{index}]: {exc}", 400, code="unsupported_content", param="messages"
+                )
+    return None
 
 
 class Turn(BaseModel):
@@ -192,6 +233,13 @@ async def chat_completions(
             code="unsupported_value",
             param="n",
         )
+    refused = content_error(body.messages)
+    if refused is not None:
+        return refused
+    try:
+        response_format = parse_response_format(body.response_format)
+    except ResponseFormatError as exc:
+        return openai_error(str(exc), 400, code="invalid_response_format", param="response_format")
     if len(body.messages) == 1 and body.messages[0].role == "user":
         only = message_text(body.messages[0])
         if is_task_prompt(only):
@@ -220,6 +268,15 @@ async def chat_completions(
         return openai_error(str(exc), 400, code="unknown_tool", param=exc.param)
     except ToolsError as exc:
         return openai_error(str(exc), 400, param=exc.param)
+    images = message_images(body.messages[-1])
+    if images and not accepts_images(services.engine.provider):
+        return openai_error(
+            f"the model behind clawlet ({describe_model(services.settings).label}) does not accept "
+            "images: send the message as text",
+            400,
+            code="unsupported_content",
+            param="messages",
+        )
     session_id = options.session_id or f"oai-{uuid.uuid4().hex}"
     context = RunContext(
         allowed_tools=frozenset(options.allowed_tools) if options.allowed_tools is not None else None,
@@ -229,7 +286,11 @@ async def chat_completions(
         sampling=body.sampling(),
         client_tools=client_tools,
         tool_choice=tool_choice,
+        response_format=response_format,
+        images=images,
     )
+    if body.user:
+        log.info("chat completion for end user %r in session %s", body.user, session_id)
     note = permission_note(await services.engine.resolve_context(context))
     try:
         validate_session_id(session_id)
