@@ -25,6 +25,7 @@ The engine side (how they are offered, how a call pauses the run) is
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -32,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from clawlet.engine.approvals import Decision
 from clawlet.engine.client_tools import CLIENT_TOOL_DECISIONS, ClientTool
@@ -105,7 +106,7 @@ def parse_tool_choice(choice: str | Mapping[str, Any] | None, tools: Sequence[Cl
     return name
 
 
-def is_client_call(item: Pending) -> bool:
+def is_client_call(item: Pending) -> TypeGuard[ApprovalRequested]:
     """Whether a pending item is a client tool call (answered by its result)."""
     return isinstance(item, ApprovalRequested) and item.allowed_decisions == CLIENT_TOOL_DECISIONS
 
@@ -199,19 +200,16 @@ async def remembering_calls(
         if isinstance(event, RunWaiting):
             for item in event.pending:
                 if is_client_call(item):
-                    assert isinstance(item, ApprovalRequested)
-                    index.remember(client_call_id(item), session_id)
+                    await asyncio.to_thread(index.remember, client_call_id(item), session_id)
         yield event
 
 
-def match_results(waiting: Sequence[Pending], results: Mapping[str, str]) -> list[tuple[Pending, str]]:
+def match_results(
+    waiting: Sequence[Pending], results: Mapping[str, str]
+) -> list[tuple[ApprovalRequested, str]]:
     """The pending client calls with their results, in the order the run paused; raises
     :class:`ToolsError` naming unknown ids or calls without a result."""
-    calls = {
-        client_call_id(item): item
-        for item in waiting
-        if isinstance(item, ApprovalRequested) and is_client_call(item)
-    }
+    calls = {client_call_id(item): item for item in waiting if is_client_call(item)}
     unknown = [call_id for call_id in results if call_id not in calls]
     if unknown:
         raise ToolsError(
@@ -234,13 +232,14 @@ async def drop_unanswered_calls(sessions: SessionManager, session_id: str) -> No
     waiting = sessions.waiting_for(session_id)
     if waiting and all(is_client_call(item) for item in waiting):
         await sessions.cancel(session_id)
+        index = call_index(sessions)
         for item in waiting:
-            if isinstance(item, ApprovalRequested):
-                call_index(sessions).forget(client_call_id(item))
+            if is_client_call(item):
+                await asyncio.to_thread(index.forget, client_call_id(item))
 
 
 async def continue_with_results(
-    sessions: SessionManager, session_id: str, answered: Sequence[tuple[Pending, str]]
+    sessions: SessionManager, session_id: str, answered: Sequence[tuple[ApprovalRequested, str]]
 ) -> Run:
     """Continue the paused run with every result; the run of the last one (the others continue
     it to the next still-waiting call, which nobody needs to watch)."""
@@ -250,7 +249,6 @@ async def continue_with_results(
         if run is not None:
             await run.wait()
         run = await sessions.resume(session_id, item.approval_id, Decision("result", message=output))
-        if isinstance(item, ApprovalRequested):
-            index.forget(client_call_id(item))
+        await asyncio.to_thread(index.forget, client_call_id(item))
     assert run is not None
     return run
