@@ -6,9 +6,11 @@ once. Middleware refuses tools a turn may not use, pauses before tools whose app
 (a failing tool never crashes a run), masks known secrets in every tool result
 (:mod:`clawlet.engine.masking`) and caps model and tool calls per run.
 
-A turn that may pause runs on a checkpointer (:class:`~clawlet.engine.approvals.PausePoint`); when
-it pauses, :meth:`AgentEngine.stream` ends with ``ApprovalRequested`` / ``QuestionAsked`` events
-and a ``RunWaiting``, and a later call with ``resume=`` continues it from the checkpoint.
+A turn that may pause (for an approval, or for a client tool's result:
+:mod:`clawlet.engine.client_tools`) runs on a checkpointer
+(:class:`~clawlet.engine.approvals.PausePoint`); when it pauses, :meth:`AgentEngine.stream` ends
+with ``ApprovalRequested`` / ``QuestionAsked`` events and a ``RunWaiting``, and a later call with
+``resume=`` continues it from the checkpoint.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from clawlet.engine.approvals import (
     hitl_decision,
     pending_from_interrupt,
 )
+from clawlet.engine.client_tools import ClientToolMiddleware
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
@@ -205,6 +208,8 @@ class AgentEngine:
                 workspace_prompt,
                 ToolPermissionMiddleware(),
                 SamplingMiddleware(self.provider),
+                # the client's tools are added before the response format looks at what a call offers
+                ClientToolMiddleware(self.provider),
                 ResponseFormatMiddleware(self.provider),
                 approval_middleware([tool.name for tool in tools]),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
@@ -288,14 +293,14 @@ class AgentEngine:
     ) -> AsyncIterator[Event]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events.
 
-        With ``pause`` (needed for ``context.approval_mode == "ask"``) the graph state is kept in
+        With ``pause`` (needed when ``context.may_pause``) the graph state is kept in
         that checkpoint thread, and a turn that pauses ends with an ``ApprovalRequested`` or
         ``QuestionAsked`` per new pending item and a ``RunWaiting`` listing all of them. With
         ``resume`` (and the same ``pause``) ``message`` and ``history`` are ignored: the paused
         turn continues with the decision."""
         context = await self.resolve_context(context)
-        if context.approval_mode == "ask" and pause is None:
-            raise ValueError("a turn that may ask for approval needs a pause point (a checkpointer)")
+        if context.may_pause and pause is None:
+            raise ValueError("a turn that may pause needs a pause point (a checkpointer)")
         agent = self.build_agent() if pause is None else self.pausable_agent(pause)
         # Every model call walks each graph node once (the model, the tools and every middleware
         # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would

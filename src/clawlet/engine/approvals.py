@@ -37,6 +37,12 @@ from langgraph.types import Interrupt
 from pydantic import BaseModel, ValidationError
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
+from clawlet.engine.client_tools import (
+    CLIENT_TOOL_DECISIONS,
+    CLIENT_TOOL_DESCRIPTION,
+    CLIENT_TOOL_INTERRUPT,
+    is_client_call,
+)
 from clawlet.engine.context import RunContext
 from clawlet.events import ApprovalRequested, Pending, QuestionAsked, render_tool_input
 from clawlet.tools.ask_user import ASK_USER_TOOL
@@ -47,7 +53,7 @@ SENSITIVE_TOOLS = ("terminal", "python_repl")
 TOOL_DECISIONS = ["approve", "edit", "reject"]
 QUESTION_DECISIONS = ["answer", "reject"]
 
-DecisionType = Literal["approve", "edit", "reject", "answer"]
+DecisionType = Literal["approve", "edit", "reject", "answer", "result"]
 
 
 class InvalidDecision(ValueError):
@@ -58,7 +64,8 @@ class InvalidDecision(ValueError):
 class Decision:
     """The user's answer to one pending item: ``approve``; ``edit`` with ``args`` (the tool runs
     with these arguments instead); ``reject`` with an optional ``message`` the model receives (for a
-    question: the user declines to answer); ``answer`` (a question) with the answer as ``message``."""
+    question: the user declines to answer); ``answer`` (a question) with the answer as ``message``;
+    ``result`` (a client tool call, :mod:`clawlet.engine.client_tools`) with its output as ``message``."""
 
     type: DecisionType
     args: dict[str, Any] | None = None
@@ -179,11 +186,21 @@ def approval_middleware(tool_names: Sequence[str]) -> HumanInTheLoopMiddleware[A
 def pending_from_interrupt(item: Interrupt) -> Pending | None:
     """The clawlet event for one of the middleware's interrupts (None for anything else)."""
     value = item.value
-    if not isinstance(value, Mapping) or value.get("type") != "tool_approval":
+    if not isinstance(value, Mapping) or value.get("type") not in ("tool_approval", CLIENT_TOOL_INTERRUPT):
         return None
     name = str(value.get("name", ""))
     args = dict(value.get("args") or {})
     call_id = str(value.get("tool_call_id") or "")
+    if is_client_call(value):
+        return ApprovalRequested(
+            approval_id=item.id,
+            tool=name,
+            args=args,
+            call_id=call_id,
+            input=render_tool_input(args),
+            allowed_decisions=list(CLIENT_TOOL_DECISIONS),
+            description=CLIENT_TOOL_DESCRIPTION,
+        )
     if name == ASK_USER_TOOL:
         return QuestionAsked(
             approval_id=item.id,
@@ -236,6 +253,8 @@ def hitl_decision(pending: Pending, decision: Decision) -> dict[str, Any]:
         return {"type": "edit", "edited_action": {"name": pending.tool, "args": dict(decision.args or {})}}
     if decision.type == "answer":
         return {"type": "respond", "message": decision.message or ""}
+    if decision.type == "result":
+        return {"content": decision.message or ""}
     rejection: dict[str, Any] = {"type": "reject"}
     if decision.message and decision.message.strip():
         rejection["message"] = decision.message.strip()

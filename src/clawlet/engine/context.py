@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from clawlet.engine.client_tools import ClientTool
 from clawlet.llm.images import Image
 from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
@@ -28,7 +29,9 @@ class RunContext:
     the tool calls a resumed run waits on (always asked, whatever the policy says by then);
     ``sampling`` the client's sampling options for each model call; ``response_format`` the shape
     of the final answer (:mod:`clawlet.engine.structured`); ``images`` the images sent
-    with the user message (:mod:`clawlet.llm.images`)."""
+    with the user message (:mod:`clawlet.llm.images`); ``client_tools`` functions the client
+    offers and runs itself, ``tool_choice`` (``auto``, ``none``, ``required`` or one of their
+    names) how they are offered (:mod:`clawlet.engine.client_tools`)."""
 
     allowed_tools: frozenset[str] | None = None
     disallowed_tools: frozenset[str] = frozenset()
@@ -42,8 +45,18 @@ class RunContext:
     sampling: Sampling = NO_SAMPLING
     response_format: ResponseFormat | None = None
     images: tuple[Image, ...] = ()
+    client_tools: tuple[ClientTool, ...] = ()
+    tool_choice: str = "auto"
+
+    @property
+    def may_pause(self) -> bool:
+        """Whether the turn may pause (for an approval or a client tool's result): it needs a
+        checkpointer then."""
+        return self.approval_mode == "ask" or bool(self.client_tools)
 
     def tool_allowed(self, name: str) -> bool:
+        if any(tool.name == name for tool in self.client_tools):
+            return True
         if name in self.disallowed_tools or name in self.policy_denied or name in self.approval_denied:
             return False
         return self.allowed_tools is None or name in self.allowed_tools

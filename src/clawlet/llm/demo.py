@@ -7,7 +7,7 @@ It lets the whole product run with no API key and no network. It reads the last 
 - ``search <query>`` → calls ``search_knowledge_base``, ``remember: <fact>`` → calls ``save_memory``
 - ``ask: <question>`` → calls ``ask_user`` (the run waits for the user's answer)
 - ``call: <tool> <JSON object>`` → calls any offered tool with those arguments (e.g. cluster mode's
-  ``long_term_memory`` or ``remote_mcp``)
+  ``long_term_memory`` or ``remote_mcp``, or a tool the client offered on ``/v1/chat/completions``)
 - ``### Task:`` (Open WebUI's background tasks) → the JSON the task asks for (a title from the
   first user line, ``["General"]`` tags, no follow-ups, no search queries)
 - with RAG mode on and memory retrieved → answers with what it recalled
@@ -213,6 +213,17 @@ def _answer_from_tool(result: ToolMessage) -> DemoReply:
     return DemoReply(f"[demo] `{name}` returned:\n\n```\n{output}\n```")
 
 
+def _bound_name(tool: Any) -> str:
+    """The name of a tool given to ``bind_tools``: a ``BaseTool`` or an OpenAI function tool (a
+    client's tool, :mod:`clawlet.engine.client_tools`)."""
+    if isinstance(tool, BaseTool):
+        return tool.name
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        return str(function.get("name", "")) if isinstance(function, dict) else str(tool.get("name", ""))
+    return ""
+
+
 class DemoChatModel(BaseChatModel):
     """A deterministic chat model that needs no network (see the module docstring)."""
 
@@ -235,7 +246,7 @@ class DemoChatModel(BaseChatModel):
         tool_choice: str | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        names = frozenset(t.name for t in tools if isinstance(t, BaseTool))
+        names = frozenset(name for name in map(_bound_name, tools) if name)
         fmt = kwargs.get("response_format")
         return self.model_copy(update={"bound_tool_names": names, "bound_response_format": fmt})
 

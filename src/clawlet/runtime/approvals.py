@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_json
+from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
 from clawlet.engine.context import RunContext
 from clawlet.events import Pending
 from clawlet.llm.response_format import ResponseFormat
@@ -49,6 +50,8 @@ def context_to_json(context: RunContext) -> dict[str, Any]:
         "extra_system_prompt": context.extra_system_prompt,
         "approval_mode": context.approval_mode,
         "sampling": context.sampling.to_json(),
+        "client_tools": client_tools_to_json(context.client_tools),
+        "tool_choice": context.tool_choice,
         "response_format": None if context.response_format is None else context.response_format.to_json(),
     }
 
@@ -64,6 +67,8 @@ def context_from_json(data: Any) -> RunContext:
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
         approval_mode=mode if mode in ("ask", "deny", "allow") else "ask",
         sampling=Sampling.from_json(data.get("sampling")),
+        client_tools=client_tools_from_json(data.get("client_tools")),
+        tool_choice=str(data.get("tool_choice") or "auto"),
         response_format=ResponseFormat.from_json(data.get("response_format")),
     )
 

@@ -404,7 +404,9 @@ class SessionManager:
         ``prior`` (from clients that send the whole conversation, like OpenAI's) seeds the history of
         a session that has none stored yet; a stored history always wins. ``title=False`` skips the
         title generated after a session's first exchange. ``context.approval_mode == "ask"`` lets
-        the turn pause for approvals (on a runtime that cannot, such tools are denied instead).
+        the turn pause for approvals (on a runtime that cannot, such tools are denied instead);
+        ``context.client_tools`` pause it for the client's results (a runtime that cannot pause
+        raises ``RuntimeError_``).
 
         The session is claimed before the first await, so of two simultaneous turns exactly one
         starts; the claim ends when the run is registered (or the start fails)."""
@@ -414,6 +416,16 @@ class SessionManager:
                 raise SessionWaiting(session_id, waiting)
             config = config or RunConfig()
             adapter = await self._adapter(session_id, config)
+            pause = None
+            if context.may_pause:
+                if adapter.supports_approvals:
+                    pause = self.approvals.pause_point(session_id)
+                elif context.client_tools:
+                    raise RuntimeError_(
+                        f"the {config.runtime_type!r} runtime cannot pause a turn for client tools"
+                    )
+                else:
+                    context = replace(context, approval_mode="deny")
             history = await asyncio.to_thread(self.store.load_for_agent, session_id)
             seed = prior if prior and not history else []
             history = history or list(seed)
@@ -421,12 +433,6 @@ class SessionManager:
             for item in seed:
                 await asyncio.to_thread(self.store.append, session_id, item["role"], item["content"])
             await asyncio.to_thread(self.store.append, session_id, "user", text)
-            pause = None
-            if context.approval_mode == "ask":
-                if adapter.supports_approvals:
-                    pause = self.approvals.pause_point(session_id)
-                else:
-                    context = replace(context, approval_mode="deny")
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
             run.task = asyncio.create_task(

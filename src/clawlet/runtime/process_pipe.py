@@ -42,6 +42,7 @@ from typing import Any, Final
 
 from clawlet.cluster.protocol import MAX_FRAME_BYTES
 from clawlet.engine.approvals import Decision, PausePoint, Resume
+from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.events import Event, NewSegment, TextDelta
 from clawlet.llm.images import Image
@@ -78,6 +79,8 @@ def encode_context(context: RunContext) -> dict[str, Any]:
     encoded["extra_system_prompt"] = context.extra_system_prompt
     encoded["approval_mode"] = context.approval_mode
     encoded["sampling"] = context.sampling.to_json()
+    encoded["client_tools"] = client_tools_to_json(context.client_tools)
+    encoded["tool_choice"] = context.tool_choice
     encoded["response_format"] = (
         None if context.response_format is None else context.response_format.to_json()
     )
@@ -96,6 +99,8 @@ def decode_context(data: Any) -> RunContext:
         extra_system_prompt=str(data.get("extra_system_prompt") or ""),
         approval_mode=mode if mode in ("ask", "deny", "allow") else DEFAULT_CONTEXT.approval_mode,
         sampling=Sampling.from_json(data.get("sampling")),
+        client_tools=client_tools_from_json(data.get("client_tools")),
+        tool_choice=str(data.get("tool_choice") or "auto"),
         response_format=ResponseFormat.from_json(data.get("response_format")),
         images=tuple(image for image in map(Image.from_json, data.get("images") or ()) if image is not None),
         **sets,

@@ -4,7 +4,9 @@ The last user message is the turn; earlier messages seed a new session's history
 resumed from the ``X-Session-ID`` or ``X-OpenWebUI-Chat-Id`` header or a ``session_id`` body field,
 and its id comes back in the ``X-Session-ID`` header (and the body when not streaming). Tools run
 inside the agent: their activity never appears as OpenAI ``tool_calls`` (a client would run them
-again); ``: keep-alive`` comments flow while they run.
+again); ``: keep-alive`` comments flow while they run. The client's own ``tools`` are offered beside
+them; a call to one ends the answer with ``finish_reason: "tool_calls"``, and the client's next
+request (its ``role: "tool"`` results) continues the same run (:mod:`clawlet.api.openai.client_tools`).
 
 The model is ``clawlet`` (other ids get 404 ``model_not_found``); the client's sampling options
 (``temperature``, ``top_p``, ``max_tokens``...) apply to every model call of the turn, and
@@ -36,6 +38,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clawlet.api.deps import ServicesDep, WorkspacesDep
 from clawlet.api.event_stream import KEEPALIVE_SECONDS
+from clawlet.api.openai.client_tools import (
+    ToolsError,
+    call_index,
+    continue_with_results,
+    drop_unanswered_calls,
+    match_results,
+    parse_tool_choice,
+    parse_tools,
+    remembering_calls,
+    tool_results,
+)
 from clawlet.api.openai.errors import openai_api_error, openai_error
 from clawlet.api.openai.stream import ChatCompletionStream, finish_reason, usage_body
 from clawlet.api.openai.tasks import is_task_prompt, task_events
@@ -70,6 +83,8 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
 
 class StreamOptions(BaseModel):
@@ -95,6 +110,9 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     user: str | None = Field(default=None, max_length=256)
 
@@ -228,18 +246,28 @@ async def chat_completions(
             return await answer_task(body, workspaces, only)
     try:
         options, messages, system_prompt = resolve_options(request, body)
+        results = tool_results(body.messages, message_text)
     except OptionError as exc:
         return openai_error(str(exc), 400, code="invalid_option", param=exc.param)
+    except ToolsError as exc:
+        return openai_error(str(exc), 400, param=exc.param)
+    if results is not None:
+        return await answer_tool_results(body, workspaces, options, results, messages)
     turn = split_turn(messages)
     if isinstance(turn, str):
         return openai_error(turn, 400, param="messages")
     try:
         services = workspaces.get(options.workspace)
-        check_tool_names(options, await services.engine.available_tool_names())
+        clawlet_tools = await services.engine.available_tool_names()
+        check_tool_names(options, clawlet_tools)
+        client_tools = parse_tools(body.tools, clawlet_tools)
+        tool_choice = parse_tool_choice(body.tool_choice, client_tools)
     except InvalidWorkspace as exc:
         return openai_error(str(exc), 400, code="invalid_workspace", param="workspace")
     except OptionError as exc:
         return openai_error(str(exc), 400, code="unknown_tool", param=exc.param)
+    except ToolsError as exc:
+        return openai_error(str(exc), 400, param=exc.param)
     images = message_images(body.messages[-1])
     if images and not accepts_images(services.engine.provider):
         return openai_error(
@@ -256,6 +284,8 @@ async def chat_completions(
         extra_system_prompt=system_prompt,
         approval_mode="allow" if options.skip_permissions else "deny",
         sampling=body.sampling(),
+        client_tools=client_tools,
+        tool_choice=tool_choice,
         response_format=response_format,
         images=images,
     )
@@ -264,6 +294,7 @@ async def chat_completions(
     note = permission_note(await services.engine.resolve_context(context))
     try:
         validate_session_id(session_id)
+        await drop_unanswered_calls(services.sessions, session_id)
         run = await services.sessions.start_turn(
             session_id, turn.text, prior=turn.prior, title=False, context=context
         )
@@ -274,7 +305,47 @@ async def chat_completions(
         headers["X-Clawlet-Workspace"] = options.workspace
     prompt = "\n".join(message_text(m) for m in messages)
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
+    if client_tools:
+        events = remembering_calls(events, call_index(services.sessions), session_id)
     return await respond(body, events, prompt, headers, session_id, options.thinking, note)
+
+
+async def answer_tool_results(
+    body: ChatCompletionRequest,
+    workspaces: Workspaces,
+    options: AgentOptions,
+    results: dict[str, str],
+    messages: list[ChatMessage],
+) -> Response:
+    """The client's results for the tool calls a run paused on (see
+    :mod:`clawlet.api.openai.client_tools`): that run continues, and its continuation is the answer."""
+    try:
+        services = workspaces.get(options.workspace)
+    except InvalidWorkspace as exc:
+        return openai_error(str(exc), 400, code="invalid_workspace", param="workspace")
+    index = call_index(services.sessions)
+    session_id = options.session_id or index.session_of(next(iter(results)))
+    if not session_id:
+        return openai_error(
+            f"unknown tool_call_id(s) {', '.join(results)}: no paused run issued them "
+            "(send the session's X-Session-ID header, or start with a user message)",
+            400,
+            param="messages",
+        )
+    try:
+        validate_session_id(session_id)
+        answered = match_results(services.sessions.waiting_for(session_id), results)
+        run = await continue_with_results(services.sessions, session_id, answered)
+    except ToolsError as exc:
+        return openai_error(str(exc), 400, param=exc.param)
+    except SESSION_ERRORS as exc:
+        return openai_api_error(session_error(exc, session_id))
+    headers = {"X-Session-ID": session_id}
+    if options.workspace:
+        headers["X-Clawlet-Workspace"] = options.workspace
+    prompt = "\n".join(results.values())
+    events = remembering_calls(run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True), index, session_id)
+    return await respond(body, events, prompt, headers, session_id, options.thinking)
 
 
 async def respond(
@@ -305,6 +376,10 @@ async def respond(
         response = openai_error(stream.end.error, 500, code="agent_run_failed", run_started=True)
         response.headers.update(headers)
         return response
+    message: dict[str, Any] = {"role": "assistant", "content": stream.content}
+    if stream.tool_calls:
+        message["content"] = stream.content or None
+        message["tool_calls"] = [call.as_openai() for call in stream.tool_calls]
     completion: dict[str, Any] = {
         "id": stream.completion_id,
         "object": "chat.completion",
@@ -313,8 +388,8 @@ async def respond(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": stream.content},
-                "finish_reason": finish_reason(stream.usage),
+                "message": message,
+                "finish_reason": finish_reason(stream.usage, bool(stream.tool_calls)),
                 "logprobs": None,
             }
         ],

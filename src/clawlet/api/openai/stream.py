@@ -2,7 +2,9 @@
 
 Streamed, that text goes out as ``chat.completion.chunk`` SSE lines (a role chunk first, then
 content deltas, the finish chunk, an optional usage chunk and ``data: [DONE]``); not streamed, the
-same text is the one message of a ``chat.completion`` (:attr:`ChatCompletionStream.content`).
+same text is the one message of a ``chat.completion`` (:attr:`ChatCompletionStream.content`). A run
+that paused on client tool calls adds them (``delta.tool_calls`` chunks; finish reason
+``tool_calls``; see :mod:`clawlet.api.openai.client_tools`).
 
 With thinking on, tool activity (and the model's own reasoning) goes inside ``<think>…</think>``
 (Open WebUI renders it collapsible) or a fenced ``thinking`` block, opened with the session id as
@@ -17,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from clawlet.api.event_stream import KEEPALIVE, SseEventStream, sse_data
+from clawlet.api.openai.client_tools import ClientCall, is_client_call
 from clawlet.api.openai.errors import openai_error_body
 from clawlet.events import (
     ApprovalRequested,
@@ -53,8 +56,11 @@ def usage_body(usage: Usage | None, prompt: str, completion: str) -> dict[str, i
     }
 
 
-def finish_reason(usage: Usage | None) -> str:
-    """``length`` when the model's token cap cut the answer, else ``stop``."""
+def finish_reason(usage: Usage | None, tool_calls: bool = False) -> str:
+    """``tool_calls`` when the run paused on client tool calls, ``length`` when the model's token
+    cap cut the answer, else ``stop``."""
+    if tool_calls:
+        return "tool_calls"
     return "length" if usage is not None and usage.truncated else "stop"
 
 
@@ -86,6 +92,8 @@ class ChatCompletionStream(SseEventStream):
         self.include_usage = include_usage
         self.in_block = False
         self._shown: list[str] = []
+        self.tool_calls: list[ClientCall] = []
+        """The client tool calls the run paused on (:mod:`clawlet.api.openai.client_tools`)."""
 
     @property
     def content(self) -> str:
@@ -131,7 +139,7 @@ class ChatCompletionStream(SseEventStream):
         return (self.chunk({"role": "assistant", "content": ""}), *self._show(opening))
 
     def after_stream(self) -> Iterable[str]:
-        items = [*self._show(self._close()), self.chunk({}, finish_reason(self.usage))]
+        items = [*self._show(self._close()), self.chunk({}, finish_reason(self.usage, bool(self.tool_calls)))]
         if self.include_usage:
             body = {
                 "id": self.completion_id,
@@ -190,7 +198,23 @@ class ChatCompletionStream(SseEventStream):
         return ()
 
     def on_approval(self, event: ApprovalRequested) -> Iterable[str]:
-        return ()
+        """A client tool call: its ``delta.tool_calls`` chunks, as OpenAI streams them."""
+        if not is_client_call(event):
+            return ()
+        call = ClientCall.of(event)
+        index = len(self.tool_calls)
+        self.tool_calls.append(call)
+        start = {
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        return (
+            *self._show(self._close()),
+            self.chunk({"tool_calls": [start]}),
+            self.chunk({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]}),
+        )
 
     def on_question(self, event: QuestionAsked) -> Iterable[str]:
         return ()
