@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
@@ -131,23 +132,27 @@ def split_turn(messages: list[ChatMessage]) -> Turn | str:
 
 
 def resolve_options(
-    request: Request, body: ChatCompletionRequest
+    request: Request,
+    messages: list[ChatMessage],
+    extra: dict[str, Any] | None = None,
+    session_id: str | None = None,
 ) -> tuple[AgentOptions, list[ChatMessage], str]:
-    """Options by precedence, the messages with in-message options removed, and the client's
-    system prompt (its system messages joined)."""
+    """Options by precedence (``extra``: the body's other fields; ``session_id``: its
+    ``session_id``), the messages with in-message options removed, and the client's system prompt
+    (its system messages joined). Chat completions and the Responses API share it."""
     options = AgentOptions()
     fallback_session = request.headers.get("x-openwebui-chat-id")
     if fallback_session:
         options.session_id = fallback_session.strip()
     options.overlay(from_mapping(request.headers, [("x-session-id", "session-id"), *HEADER_KEYS]))
-    options.overlay(from_mapping(body.model_extra or {}, BODY_KEYS))
-    if body.session_id:
-        options.session_id = body.session_id.strip()
+    options.overlay(from_mapping(extra or {}, BODY_KEYS))
+    if session_id:
+        options.session_id = session_id.strip()
     cleaned: list[ChatMessage] = []
     layers: dict[str, list[dict[str, Any]]] = {"system": [], "assistant": [], "user": []}
-    for index, message in enumerate(body.messages):
+    for index, message in enumerate(messages):
         text, found = extract_in_message(message_text(message))
-        is_current = index == len(body.messages) - 1
+        is_current = index == len(messages) - 1
         role = "system" if message.role in ("system", "developer") else message.role
         if role == "system" or role == "assistant" or is_current:
             layers.get(role, layers["user"]).append(found)
@@ -179,12 +184,39 @@ async def chat_completions(
         if is_task_prompt(only):
             return await answer_task(body, workspaces, only)
     try:
-        options, messages, system_prompt = resolve_options(request, body)
+        options, messages, system_prompt = resolve_options(
+            request, body.messages, body.model_extra, body.session_id
+        )
     except OptionError as exc:
         return openai_error(str(exc), 400, code="invalid_option", param=exc.param)
     turn = split_turn(messages)
     if isinstance(turn, str):
         return openai_error(turn, 400, param="messages")
+    started = await start_agent_turn(workspaces, options, turn, system_prompt, body.sampling())
+    if isinstance(started, JSONResponse):
+        return started
+    prompt = "\n".join(message_text(m) for m in messages)
+    return await respond(
+        body, started.events, prompt, started.headers, started.session_id, options.thinking, started.note
+    )
+
+
+@dataclass(frozen=True)
+class StartedTurn:
+    """A turn the agent runs: its events (keep-alive moments included), its session, the response
+    headers naming the session (and workspace), and what the permission mode did to tools."""
+
+    events: AsyncIterator[Event | None]
+    session_id: str
+    headers: dict[str, str]
+    note: str
+
+
+async def start_agent_turn(
+    workspaces: Workspaces, options: AgentOptions, turn: Turn, system_prompt: str, sampling: Sampling
+) -> StartedTurn | JSONResponse:
+    """Start ``turn`` in the session ``options`` name (a new ``oai-*`` one if none), or the
+    OpenAI-shaped error that refused it. Chat completions and the Responses API share it."""
     try:
         services = workspaces.get(options.workspace)
         check_tool_names(options, await services.engine.available_tool_names())
@@ -198,7 +230,7 @@ async def chat_completions(
         disallowed_tools=frozenset(options.disallowed_tools or ()),
         extra_system_prompt=system_prompt,
         approval_mode="allow" if options.skip_permissions else "deny",
-        sampling=body.sampling(),
+        sampling=sampling,
     )
     note = permission_note(await services.engine.resolve_context(context))
     try:
@@ -211,9 +243,8 @@ async def chat_completions(
     headers = {"X-Session-ID": session_id}
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
-    prompt = "\n".join(message_text(m) for m in messages)
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
-    return await respond(body, events, prompt, headers, session_id, options.thinking, note)
+    return StartedTurn(events=events, session_id=session_id, headers=headers, note=note)
 
 
 async def respond(

@@ -1,0 +1,57 @@
+"""Stored Responses API responses: ``responses/{id}.json`` in the clawlet home.
+
+A record holds the response object ``GET /v1/responses/{id}`` returns and the clawlet session
+(and workspace) it belongs to, which a later request's ``previous_response_id`` continues. It is
+written when the response starts (status ``in_progress``, so a client that dropped the stream can
+still continue the session) and again when it ends. Writes are atomic and go through the path
+guard with the home as root; an id that is not one clawlet makes (``resp_`` and 32 hex digits)
+is never turned into a path. Requests with ``store: false`` write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, TypedDict
+
+from clawlet.paths import read_text_inside
+from clawlet.storage import atomic_write_json
+
+RESPONSE_ID = re.compile(r"^resp_[0-9a-f]{32}$")
+
+
+class StoredResponse(TypedDict):
+    response: dict[str, Any]
+    session_id: str
+    workspace: str | None
+
+
+class ResponseStore:
+    """The stored responses of one clawlet home (``root``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.directory = root / "responses"
+
+    def save(self, record: StoredResponse) -> None:
+        response_id = record["response"]["id"]
+        if not RESPONSE_ID.match(response_id):
+            raise ValueError(f"not a response id: {response_id!r}")
+        atomic_write_json(self.directory / f"{response_id}.json", record, root=self.root)
+
+    def load(self, response_id: str) -> StoredResponse | None:
+        """The record of ``response_id``, or None when there is none (or it is unreadable)."""
+        if not RESPONSE_ID.match(response_id):
+            return None
+        try:
+            data = json.loads(read_text_inside(self.root, self.directory / f"{response_id}.json"))
+        except (OSError, ValueError):  # missing, refused by the path guard (UnsafePath), not JSON
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("response"), dict):
+            return None
+        session_id = data.get("session_id")
+        workspace = data.get("workspace")
+        if not isinstance(session_id, str) or not (workspace is None or isinstance(workspace, str)):
+            return None
+        return StoredResponse(response=data["response"], session_id=session_id, workspace=workspace)
