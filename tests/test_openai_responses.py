@@ -285,3 +285,36 @@ console.log(JSON.stringify({
     assert result["generated"] and result["aiStreamed"], json.dumps(result)
     assert result["finish"] == "stop" and result["aiFinish"] == "stop"
     assert result["usage"]["outputTokens"] > 0 and str(result["responseId"]).startswith("resp_")
+
+
+def test_the_ai_sdk_continues_a_conversation_by_item_reference(
+    live_server: Callable[..., LiveServer],
+) -> None:
+    """The AI SDK sends an earlier answer as an ``item_reference`` to its stored message item: the
+    model gets that answer's text as history."""
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([text_turn("First answer."), text_turn("Second answer.")])
+        server = scripted_server(live_server, llm)
+        script = """
+import { generateText } from "ai";
+import { createOpenAI } from "@ai-sdk/openai";
+const model = createOpenAI({ baseURL: process.env.BASE_URL, apiKey: "x" })("clawlet");
+const first = await generateText({ model, prompt: "hello", maxRetries: 0 });
+const messages = [
+  { role: "user", content: "hello" }, ...first.response.messages, { role: "user", content: "again" },
+];
+const second = await generateText({ model, messages, maxRetries: 0 });
+console.log(JSON.stringify({ first: first.text, second: second.text }));
+"""
+        result = run_node_client(script, env={"BASE_URL": f"{server.url}/v1"})
+        assert result == {"first": "First answer.", "second": "Second answer."}
+        history = [(m["role"], m["content"]) for m in llm.requests[1]["messages"][1:]]
+        assert history == [("user", "hello"), ("assistant", "First answer."), ("user", "again")]
+
+    unknown = {"type": "item_reference", "id": "msg_" + "0" * 32 + "_0"}
+    response = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": "clawlet", "input": [unknown, {"role": "user", "content": "hi"}]},
+    )
+    assert response.status_code == 400 and response.json()["error"]["param"] == "input"
+    assert "not found" in response.json()["error"]["message"]

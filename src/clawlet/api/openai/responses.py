@@ -15,12 +15,14 @@ client tools of chat completions; to wire them, turn ``body.tools`` into the eng
 in :func:`create_response` where :func:`unsupported` refuses them, and emit ``function_call``
 items in :class:`~clawlet.api.openai.responses_stream.ResponseStream`; ``function_call_output``
 input items then resume the run), ``text.format`` other than ``text`` (structured output),
-``background``, ``conversation``, and input items other than messages or parts other than text.
+``background``, ``conversation``, and input items other than messages (or ``item_reference`` to
+a stored output item, as the AI SDK sends for earlier answers) or parts other than text.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -153,8 +155,11 @@ def item_text(index: int, content: Any) -> str:
     return "".join(texts)
 
 
-def input_messages(value: str | list[dict[str, Any]]) -> list[ChatMessage]:
-    """``input`` as chat messages; ValueError says which item is not a message clawlet reads."""
+def input_messages(
+    value: str | list[dict[str, Any]], find_item: Callable[[str], dict[str, Any] | None]
+) -> list[ChatMessage]:
+    """``input`` as chat messages, an ``item_reference`` replaced by the stored item it names
+    (``find_item``; a reasoning item adds nothing); ValueError says which item clawlet cannot read."""
     if isinstance(value, str):
         return [ChatMessage(role="user", content=value)]
     if not value:
@@ -162,10 +167,17 @@ def input_messages(value: str | list[dict[str, Any]]) -> list[ChatMessage]:
     messages: list[ChatMessage] = []
     for index, item in enumerate(value):
         kind = item.get("type", "message")
-        if kind != "message":
+        if kind == "item_reference":
+            found = find_item(str(item.get("id")))
+            if found is None:
+                raise ValueError(f"input[{index}]: item with id {item.get('id')!r} not found")
+            if found["type"] != "message":
+                continue
+            item = found
+        elif kind != "message":
             raise ValueError(
-                f"input[{index}] has type {kind!r}: only message items are supported "
-                "(continue a conversation with previous_response_id)"
+                f"input[{index}] has type {kind!r}: only message items (and item references) are "
+                "supported; continue a conversation with previous_response_id"
             )
         role = item.get("role")
         if role not in INPUT_ROLES:
@@ -186,11 +198,11 @@ async def create_response(body: ResponsesRequest, request: Request, workspaces: 
     refusal = unsupported(body)
     if refusal is not None:
         return refusal
+    store = response_store(workspaces)
     try:
-        messages = input_messages(body.input)
+        messages = await asyncio.to_thread(input_messages, body.input, store.item)
     except ValueError as exc:
         return openai_error(str(exc), 400, code="invalid_value", param="input")
-    store = response_store(workspaces)
     previous: StoredResponse | None = None
     if body.previous_response_id is not None:
         previous = await asyncio.to_thread(store.load, body.previous_response_id)

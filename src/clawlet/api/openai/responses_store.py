@@ -5,7 +5,8 @@ A record holds the response object ``GET /v1/responses/{id}`` returns and the cl
 written when the response starts (status ``in_progress``, so a client that dropped the stream can
 still continue the session) and again when it ends. Writes are atomic and go through the path
 guard with the home as root; an id that is not one clawlet makes (``resp_`` and 32 hex digits)
-is never turned into a path. Requests with ``store: false`` write nothing.
+is never turned into a path. Requests with ``store: false`` write nothing. An output item is
+found by its id (an ``item_reference`` in a later request's input), which names its response.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from clawlet.paths import read_text_inside
 from clawlet.storage import atomic_write_json
 
 RESPONSE_ID = re.compile(r"^resp_[0-9a-f]{32}$")
+ITEM_ID = re.compile(r"^(?:msg|rs)_(?P<response>[0-9a-f]{32})_\d{1,6}$")
+"""An output item's id names its response (:func:`clawlet.api.openai.responses_stream.item_id`)."""
 
 
 class StoredResponse(TypedDict):
@@ -55,3 +58,13 @@ class ResponseStore:
         if not isinstance(session_id, str) or not (workspace is None or isinstance(workspace, str)):
             return None
         return StoredResponse(response=data["response"], session_id=session_id, workspace=workspace)
+
+    def item(self, item_id: str) -> dict[str, Any] | None:
+        """The stored output item ``item_id`` (a message or reasoning item), or None."""
+        match = ITEM_ID.match(item_id)
+        record = self.load(f"resp_{match['response']}") if match else None
+        if record is None:
+            return None
+        output = record["response"].get("output")
+        items = output if isinstance(output, list) else []
+        return next((item for item in items if isinstance(item, dict) and item.get("id") == item_id), None)

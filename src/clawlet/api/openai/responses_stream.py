@@ -55,6 +55,12 @@ def new_response_id() -> str:
     return f"resp_{uuid.uuid4().hex}"
 
 
+def item_id(prefix: Literal["msg", "rs"], response_id: str, index: int) -> str:
+    """The id of output item ``index`` of ``response_id``: it names its response, so an
+    ``item_reference`` to it finds it (:meth:`~clawlet.api.openai.responses_store.ResponseStore.item`)."""
+    return f"{prefix}_{response_id.removeprefix('resp_')}_{index}"
+
+
 def usage_object(usage: Usage | None, prompt: str, output: str) -> dict[str, Any]:
     """The response's ``usage`` (the model's counts, or the visible text counted when it reports none)."""
     counted = usage_body(usage, prompt, output)
@@ -196,14 +202,15 @@ class ResponseStream(SseEventStream):
         frames = self._finish_item("completed")
         if kind == "message":
             item: dict[str, Any] = {
-                "id": f"msg_{uuid.uuid4().hex}",
+                "id": item_id("msg", self.response_id, len(self.output)),
                 "type": "message",
                 "role": "assistant",
                 "status": "in_progress",
                 "content": [],
             }
         else:
-            item = {"id": f"rs_{uuid.uuid4().hex}", "type": "reasoning", "summary": [], "content": []}
+            item_key = item_id("rs", self.response_id, len(self.output))
+            item = {"id": item_key, "type": "reasoning", "summary": [], "content": []}
         self._open, self._open_text = item, []
         added = self._event("response.output_item.added", output_index=len(self.output), item=dict(item))
         frames.append(added)
