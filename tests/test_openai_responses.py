@@ -8,6 +8,7 @@ and OpenAI-shaped refusals of what is not served yet."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -318,3 +319,33 @@ console.log(JSON.stringify({ first: first.text, second: second.text }));
     )
     assert response.status_code == 400 and response.json()["error"]["param"] == "input"
     assert "not found" in response.json()["error"]["message"]
+
+
+def test_a_cancelled_run_ends_the_stream_as_incomplete(live_server: Callable[..., LiveServer]) -> None:
+    """The run is cancelled (the workbench's stop) while the model is held: the stream ends with
+    ``response.incomplete`` and the stored response is ``cancelled``."""
+    release = threading.Event()
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([Turn(text="Too late.", hold=release)])
+        server = scripted_server(live_server, llm)
+        body = {"model": "clawlet", "input": "wait for it", "stream": True}
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=120) as reply:
+                lines = reply.iter_lines()
+                for line in lines:  # the response is under way (its events came) ...
+                    if line.startswith("event: response.in_progress"):
+                        break
+                session_id = reply.headers["x-session-id"]
+                for _ in range(2400):  # ... and the model was asked (it is held there)
+                    if llm.requests:
+                        break
+                    release.wait(0.05)
+                cancel = httpx.post(f"{server.url}/api/sessions/{session_id}/cancel", timeout=60)
+                assert cancel.status_code == 200, cancel.text
+                rest = "\n".join(lines)
+        finally:
+            release.set()
+    frames = parse_sse(rest + "\n\n")
+    last = EVENTS.validate_python(frames[-1][1], strict=True)
+    assert last.type == "response.incomplete" and last.response.status == "cancelled"
+    assert sdk(server).responses.retrieve(last.response.id).status == "cancelled"
