@@ -145,7 +145,7 @@ def test_previous_response_id_continues_the_session_with_instructions_and_sampli
         assert sent["temperature"] == 0.7 and "max_completion_tokens" not in sent  # the defaults again
 
 
-def test_store_false_keeps_nothing_and_unknown_ids_are_openai_404s(server: LiveServer) -> None:
+def test_store_false_keeps_nothing_delete_forgets_and_unknown_ids_are_404s(server: LiveServer) -> None:
     client = sdk(server)
     kept = client.responses.create(model="clawlet", input="hi", store=False)
     assert kept.status == "completed" and kept.store is False
@@ -157,9 +157,17 @@ def test_store_false_keeps_nothing_and_unknown_ids_are_openai_404s(server: LiveS
     assert previous.value.code == "previous_response_not_found"
     assert previous.value.param == "previous_response_id"
     for unknown in ("resp_" + "0" * 32, "..%2F..%2Fconfig.json", "resp_x"):
-        response = httpx.get(f"{server.url}/v1/responses/{unknown}")
-        assert response.status_code == 404, unknown
-        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+        for method in ("GET", "DELETE"):
+            response = httpx.request(method, f"{server.url}/v1/responses/{unknown}")
+            assert response.status_code == 404, (method, unknown)
+            assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+    stored = client.responses.create(model="clawlet", input="hi")
+    client.responses.delete(stored.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(stored.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(stored.id)
 
 
 def test_a_capped_answer_is_incomplete_and_a_failed_run_is_failed(
@@ -238,6 +246,8 @@ def test_model_reasoning_is_a_reasoning_item(live_server: Callable[..., LiveServ
         ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, 400, "input"),
         ({"input": [{"role": "assistant", "content": "hi"}]}, 400, "input"),
         ({"input": []}, 400, "input"),
+        ({"input": [{"role": ["user"], "content": "hi"}]}, 400, "input"),
+        ({"input": ["hi"]}, 400, "input"),
         ({"input": [{"role": "user", "content": "   "}]}, 400, "input"),
         ({"temperature": 3}, 400, "temperature"),
         ({"max_output_tokens": 0}, 400, "max_output_tokens"),

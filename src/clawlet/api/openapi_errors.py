@@ -134,6 +134,7 @@ ROUTE_ERRORS: dict[str, tuple[int, ...]] = {
     "POST /v1/chat/completions": (404, 409),
     "POST /v1/responses": (404, 409),
     "GET /v1/responses/{response_id}": (404,),
+    "DELETE /v1/responses/{response_id}": (404,),
     "GET /v1/models/{model_id}": (404,),
     "PUT /process": (400, 403, 413, 422),
     "GET /health": (503,),

@@ -1,4 +1,4 @@
-"""``POST /v1/responses`` and ``GET /v1/responses/{id}``: clawlet's agent behind OpenAI's Responses API.
+"""``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}``: OpenAI's Responses API.
 
 The same agent turn as ``/v1/chat/completions`` (:mod:`clawlet.api.openai.chat`), in the
 Responses API's shapes (:mod:`clawlet.api.openai.responses_stream`): ``input`` is a string (the
@@ -180,7 +180,7 @@ def input_messages(
                 "supported; continue a conversation with previous_response_id"
             )
         role = item.get("role")
-        if role not in INPUT_ROLES:
+        if not isinstance(role, str) or role not in INPUT_ROLES:
             raise ValueError(f"input[{index}].role must be one of {', '.join(sorted(INPUT_ROLES))}")
         messages.append(ChatMessage(role=role, content=item_text(index, item.get("content"))))
     return messages
@@ -254,9 +254,21 @@ async def create_response(body: ResponsesRequest, request: Request, workspaces: 
     return JSONResponse(stream.final, headers=started.headers)
 
 
+def response_not_found(response_id: str) -> JSONResponse:
+    return openai_error(f"Response with id '{response_id}' not found.", 404, param="response_id")
+
+
 @router.get("/responses/{response_id}", response_model=None)
 async def retrieve_response(response_id: str, workspaces: WorkspacesDep) -> dict[str, Any] | JSONResponse:
     record = await asyncio.to_thread(response_store(workspaces).load, response_id)
     if record is None:
-        return openai_error(f"Response with id '{response_id}' not found.", 404, param="response_id")
+        return response_not_found(response_id)
     return record["response"]
+
+
+@router.delete("/responses/{response_id}", response_model=None)
+async def delete_response(response_id: str, workspaces: WorkspacesDep) -> dict[str, Any] | JSONResponse:
+    """Forget a stored response (the session it belongs to stays)."""
+    if not await asyncio.to_thread(response_store(workspaces).delete, response_id):
+        return response_not_found(response_id)
+    return {"id": response_id, "object": "response", "deleted": True}

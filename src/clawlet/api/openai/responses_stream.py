@@ -115,20 +115,6 @@ class ResponseStream(SseEventStream):
     # --- the response object ---------------------------------------------------------------
 
     @property
-    def output_text(self) -> str:
-        """The answer's text: every ``message`` item's text, in order."""
-        texts = [
-            part["text"]
-            for item in self.output
-            if item["type"] == "message"
-            for part in item["content"]
-            if part["type"] == "output_text"
-        ]
-        if self._open is not None and self._open["type"] == "message":
-            texts.append("".join(self._open_text))
-        return "".join(texts)
-
-    @property
     def status(self) -> Status:
         """``in_progress`` until the run ended; then how it ended."""
         if not self.closed:
@@ -160,7 +146,7 @@ class ResponseStream(SseEventStream):
             "tools": [],
             "text": {"format": {"type": "text"}},
             "truncation": "disabled",
-            "usage": usage_object(self.usage, self.prompt, self.output_text) if final else None,
+            "usage": usage_object(self.usage, self.prompt, self.answer.text) if final else None,
             "session_id": self.session_id,
             **self.echo,
         }
