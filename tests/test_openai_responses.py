@@ -359,3 +359,30 @@ def test_a_cancelled_run_ends_the_stream_as_incomplete(live_server: Callable[...
     last = EVENTS.validate_python(frames[-1][1], strict=True)
     assert last.type == "response.incomplete" and last.response.status == "cancelled"
     assert sdk(server).responses.retrieve(last.response.id).status == "cancelled"
+
+
+def test_a_stream_the_client_left_still_stores_the_final_response(
+    live_server: Callable[..., LiveServer],
+) -> None:
+    """The client drops the stream mid-run: the run goes on, and the stored response ends
+    ``completed`` with the whole answer (so ``previous_response_id`` and GET see it)."""
+    release = threading.Event()
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([Turn(text="Finished anyway.", hold=release)])
+        server = scripted_server(live_server, llm)
+        body = {"model": "clawlet", "input": "wait for it", "stream": True}
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=120) as reply:
+                for line in reply.iter_lines():
+                    if line.startswith("data: ") and '"response.created"' in line:
+                        response_id = json.loads(line[6:])["response"]["id"]
+                        break
+        finally:
+            release.set()
+        client, pause = sdk(server), threading.Event()
+        for _ in range(2400):  # until the run ended and its response was stored
+            stored = client.responses.retrieve(response_id)
+            if stored.status != "in_progress":
+                break
+            pause.wait(0.05)
+        assert stored.status == "completed" and stored.output_text == "Finished anyway."

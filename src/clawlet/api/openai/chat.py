@@ -49,6 +49,7 @@ from clawlet.engine.context import RunContext
 from clawlet.events import Event, RunFailed
 from clawlet.llm.providers import describe_model
 from clawlet.llm.sampling import Sampling
+from clawlet.runtime.manager import Run
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import validate_session_id
 
@@ -203,9 +204,11 @@ async def chat_completions(
 
 @dataclass(frozen=True)
 class StartedTurn:
-    """A turn the agent runs: its events (keep-alive moments included), its session, the response
-    headers naming the session (and workspace), and what the permission mode did to tools."""
+    """A turn the agent runs (``run``, which more watchers can follow): its events (keep-alive
+    moments included), its session, the response headers naming the session (and workspace), and
+    what the permission mode did to tools."""
 
+    run: Run
     events: AsyncIterator[Event | None]
     session_id: str
     headers: dict[str, str]
@@ -244,7 +247,7 @@ async def start_agent_turn(
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
-    return StartedTurn(events=events, session_id=session_id, headers=headers, note=note)
+    return StartedTurn(run=run, events=events, session_id=session_id, headers=headers, note=note)
 
 
 async def respond(

@@ -22,7 +22,8 @@ a stored output item, as the AI SDK sends for earlier answers) or parts other th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -42,7 +43,7 @@ from clawlet.api.openai.errors import openai_error
 from clawlet.api.openai.responses_store import ResponseStore, StoredResponse
 from clawlet.api.openai.responses_stream import ResponseStream, new_response_id
 from clawlet.api.options import OptionError
-from clawlet.events import RunFailed
+from clawlet.events import Event
 from clawlet.llm.sampling import Sampling
 from clawlet.services import Workspaces
 
@@ -228,30 +229,67 @@ async def create_response(body: ResponsesRequest, request: Request, workspaces: 
     started = await start_agent_turn(workspaces, options, turn, instructions, body.sampling())
     if isinstance(started, JSONResponse):
         return started
-    stream = ResponseStream(
-        response_id=new_response_id(),
-        model=body.model,
-        prompt="\n".join(str(m.content) for m in messages),
-        session_id=started.session_id,
-        echo=body.echo(),
-    )
-    workspace = options.workspace
+    response_id, created_at = new_response_id(), int(time.time())
 
-    async def save(response: dict[str, Any]) -> None:
-        if body.store:
-            record = StoredResponse(response=response, session_id=stream.session_id, workspace=workspace)
-            await asyncio.to_thread(store.save, record)
+    def new_stream() -> ResponseStream:
+        return ResponseStream(
+            response_id=response_id,
+            created_at=created_at,
+            model=body.model,
+            prompt="\n".join(str(m.content) for m in messages),
+            session_id=started.session_id,
+            echo=body.echo(),
+        )
 
-    stream.on_final = save
-    await save(stream.response_object())
+    stream = new_stream()
+    if body.store:
+        recorded = await record_response(store, new_stream(), started.run.events(), options.workspace)
+        if not body.stream:
+            return answer(await asyncio.shield(recorded), started.headers)
+        stream.on_final = lambda _: asyncio.shield(recorded)
     if body.stream:
         return stream.response(started.events, started.headers)
     await stream.consume(started.events)
-    if isinstance(stream.end, RunFailed):
-        response = openai_error(stream.end.error, 500, code="agent_run_failed", run_started=True)
-        response.headers.update(started.headers)
-        return response
-    return JSONResponse(stream.final, headers=started.headers)
+    return answer(stream.final, started.headers)
+
+
+def answer(final: dict[str, Any], headers: dict[str, str]) -> JSONResponse:
+    """The non-streamed answer: the final response, or the run's failure as a 500."""
+    if final["status"] == "failed":
+        failed = openai_error(final["error"]["message"], 500, code="agent_run_failed", run_started=True)
+        failed.headers.update(headers)
+        return failed
+    return JSONResponse(final, headers=headers)
+
+
+RECORDERS: set[asyncio.Task[dict[str, Any]]] = set()
+"""The responses being recorded (a reference each, so none is collected mid-run)."""
+
+
+async def record_response(
+    store: ResponseStore,
+    stream: ResponseStream,
+    events: AsyncIterator[Event | None],
+    workspace: str | None,
+) -> asyncio.Task[dict[str, Any]]:
+    """Store ``stream``'s response now (``in_progress``; ``workspace``: where its session is), then
+    follow the run (``events``) on its own and store the final response (the task's result) when it
+    ends: the client's answer is another watcher of the run, so a client that leaves early (a
+    dropped stream) still leaves the final response stored."""
+
+    def save(response: dict[str, Any]) -> None:
+        store.save(StoredResponse(response=response, session_id=stream.session_id, workspace=workspace))
+
+    async def follow() -> dict[str, Any]:
+        await stream.consume(events)
+        await asyncio.to_thread(save, stream.final)
+        return stream.final
+
+    await asyncio.to_thread(save, stream.response_object())
+    task = asyncio.create_task(follow())
+    RECORDERS.add(task)
+    task.add_done_callback(RECORDERS.discard)
+    return task
 
 
 def response_not_found(response_id: str) -> JSONResponse:

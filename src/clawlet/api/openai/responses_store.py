@@ -1,13 +1,13 @@
 """Stored Responses API responses: ``responses/{id}.json`` in the clawlet home.
 
-A record holds the response object ``GET /v1/responses/{id}`` returns (``DELETE`` forgets it)
-and the clawlet session (and workspace) it belongs to, which a later request's
-``previous_response_id`` continues. It is written when the response starts (status
-``in_progress``, so a client that dropped the stream can still continue the session) and again
-when it ends. Writes are atomic and go through the path guard with the home as root; an id that is
-not one clawlet makes (``resp_`` and 32 hex digits) is never turned into a path. Requests with
-``store: false`` write nothing. An output item is found by its id (an ``item_reference`` in a
-later request's input), which names its response.
+A record holds the response object ``GET /v1/responses/{id}`` returns (``DELETE`` forgets it) and
+the clawlet session (and workspace) it belongs to, which a later request's ``previous_response_id``
+continues. It is written when the response starts (status ``in_progress``, so a client can continue
+the session at once) and again when the run ends, also when the client left before
+(:func:`clawlet.api.openai.responses.record_response`). Writes are atomic and go through the path
+guard with the home as root; an id that is not one clawlet makes (``resp_`` and 32 hex digits) is
+never turned into a path. Requests with ``store: false`` write nothing. An output item is found by
+its id (an ``item_reference`` in a later request's input), which names its response.
 """
 
 from __future__ import annotations

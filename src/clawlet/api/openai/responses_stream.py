@@ -78,8 +78,8 @@ class ResponseStream(SseEventStream):
 
     ``echo`` holds the request fields a response object repeats (``instructions``,
     ``max_output_tokens``, ``temperature``, ``previous_response_id``, ``store``...);
-    ``on_final`` is given the final response before its terminal event goes out (so a client that
-    read ``response.completed`` can retrieve it at once)."""
+    ``on_final`` is awaited with the final response before its terminal event goes out (so a
+    client that read ``response.completed`` can retrieve it at once)."""
 
     stop_at_end = True
 
@@ -91,11 +91,12 @@ class ResponseStream(SseEventStream):
         prompt: str,
         session_id: str,
         echo: dict[str, Any],
-        on_final: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        created_at: int | None = None,
+        on_final: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
     ) -> None:
         super().__init__()
         self.response_id = response_id
-        self.created_at = int(time.time())
+        self.created_at = created_at if created_at is not None else int(time.time())
         self.model = model
         self.prompt = prompt
         self.session_id = session_id
