@@ -1,9 +1,9 @@
 """``/v1/responses``: the Responses API on a real server, driven by the real ``openai`` SDK (and the
-npm ``openai`` and AI SDK clients), with every streamed event checked against the SDK's own
-``ResponseStreamEvent`` types (strictly validated, not just constructed): create, stream,
-retrieve, ``previous_response_id`` continuing the session, ``store: false``, ``instructions``,
-sampling options on every model call, ``incomplete`` and ``failed`` responses, reasoning items,
-and OpenAI-shaped refusals of what is not served yet."""
+npm ``openai``, the AI SDK and LangChain's ``use_responses_api``), with every streamed event checked
+against the SDK's own ``ResponseStreamEvent`` types (strictly validated, not just constructed):
+create, stream, retrieve, ``previous_response_id`` continuing the session, ``store: false``,
+``instructions``, sampling options on every model call, ``incomplete`` and ``failed`` responses,
+reasoning items, and OpenAI-shaped refusals of what is not served yet."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from langchain_openai import ChatOpenAI
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -386,3 +387,31 @@ def test_a_stream_the_client_left_still_stores_the_final_response(
                 break
             pause.wait(0.05)
         assert stored.status == "completed" and stored.output_text == "Finished anyway."
+
+
+def test_langchain_uses_the_responses_api_with_previous_response_id(
+    live_server: Callable[..., LiveServer],
+) -> None:
+    """LangChain's ``ChatOpenAI(use_responses_api=True, use_previous_response_id=True)`` sends only
+    the new message and the last response's id: the session holds the rest."""
+    with ScriptedOpenAIServer() as llm:
+        llm.set_script([text_turn("One."), text_turn("Two."), text_turn("Three.")])
+        server = scripted_server(live_server, llm)
+        chat = ChatOpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="x",  # type: ignore[arg-type]
+            model="clawlet",
+            use_responses_api=True,
+            use_previous_response_id=True,
+            max_retries=0,
+        )
+        first = chat.invoke("one")
+        assert first.text == "One." and str(first.response_metadata["id"]).startswith("resp_")
+        second = chat.invoke([("user", "one"), first, ("user", "two")])
+        assert second.text == "Two."
+        stored = sdk(server).responses.retrieve(str(second.response_metadata["id"]))
+        assert stored.previous_response_id == first.response_metadata["id"]
+        history = [(m["role"], m["content"]) for m in llm.requests[1]["messages"][1:]]
+        assert history == [("user", "one"), ("assistant", "One."), ("user", "two")]
+        streamed = "".join(chunk.text for chunk in chat.stream("three"))
+        assert streamed == "Three."
