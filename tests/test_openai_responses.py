@@ -96,8 +96,14 @@ def test_the_sdk_creates_streams_and_retrieves_responses(server: LiveServer) -> 
     assert final.model_dump()["session_id"] == reply.headers["x-session-id"]
     assert client.responses.retrieve(final.id).output_text == deltas
 
-    typed = list(client.responses.create(model="clawlet", input="hello", stream=True))
+    # a tool runs meanwhile (keep-alive comments go out; the SDK reads past them), never an item
+    reply, events = raw_stream(server, {"model": "clawlet", "input": "read workspace/SOUL.md"})
+    assert [item.type for item in events[-1].response.output] == ["message"]
+    history = httpx.get(f"{server.url}/api/sessions/{reply.headers['x-session-id']}/history").json()
+    assert any(m.get("tool_calls") for m in history["messages"])  # the tool did run
+    typed = list(client.responses.create(model="clawlet", input="read workspace/SOUL.md", stream=True))
     assert [event.type for event in typed][-1] == "response.completed"
+    assert typed[-1].response.output_text == events[-1].response.output_text != ""
     with client.responses.stream(model="clawlet", input="hello") as stream:
         text = "".join(event.delta for event in stream if event.type == "response.output_text.delta")
         assert stream.get_final_response().output_text == text != ""
