@@ -74,7 +74,7 @@ def test_the_sdk_creates_streams_and_retrieves_responses(server: LiveServer) -> 
     assert created.usage.total_tokens == created.usage.input_tokens + created.usage.output_tokens
     [message] = created.output
     assert message.type == "message" and message.status == "completed"
-    stored = httpx.get(f"{server.url}/v1/responses/{created.id}").json()
+    stored = httpx.get(f"{server.url}/v1/responses/{created.id}", timeout=60).json()
     assert Response.model_validate(stored, strict=True).output_text == created.output_text
     retrieved = client.responses.retrieve(created.id)
     assert retrieved.output_text == created.output_text and retrieved.status == "completed"
@@ -99,7 +99,8 @@ def test_the_sdk_creates_streams_and_retrieves_responses(server: LiveServer) -> 
     # a tool runs meanwhile (keep-alive comments go out; the SDK reads past them), never an item
     reply, events = raw_stream(server, {"model": "clawlet", "input": "read workspace/SOUL.md"})
     assert [item.type for item in events[-1].response.output] == ["message"]
-    history = httpx.get(f"{server.url}/api/sessions/{reply.headers['x-session-id']}/history").json()
+    session = reply.headers["x-session-id"]
+    history = httpx.get(f"{server.url}/api/sessions/{session}/history", timeout=60).json()
     assert any(m.get("tool_calls") for m in history["messages"])  # the tool did run
     typed = list(client.responses.create(model="clawlet", input="read workspace/SOUL.md", stream=True))
     assert [event.type for event in typed][-1] == "response.completed"
@@ -165,7 +166,7 @@ def test_store_false_keeps_nothing_delete_forgets_and_unknown_ids_are_404s(serve
     assert previous.value.param == "previous_response_id"
     for unknown in ("resp_" + "0" * 32, "..%2F..%2Fconfig.json", "resp_x"):
         for method in ("GET", "DELETE"):
-            response = httpx.request(method, f"{server.url}/v1/responses/{unknown}")
+            response = httpx.request(method, f"{server.url}/v1/responses/{unknown}", timeout=60)
             assert response.status_code == 404, (method, unknown)
             assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
@@ -265,7 +266,8 @@ def test_model_reasoning_is_a_reasoning_item(live_server: Callable[..., LiveServ
 def test_what_is_not_served_is_refused_the_openai_way(
     server: LiveServer, body: dict[str, Any], status: int, param: str
 ) -> None:
-    response = httpx.post(f"{server.url}/v1/responses", json={"model": "clawlet", "input": "hi", **body})
+    body = {"model": "clawlet", "input": "hi", **body}
+    response = httpx.post(f"{server.url}/v1/responses", json=body, timeout=60)
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["param"].startswith(param), error
@@ -333,6 +335,7 @@ console.log(JSON.stringify({ first: first.text, second: second.text }));
     response = httpx.post(
         f"{server.url}/v1/responses",
         json={"model": "clawlet", "input": [unknown, {"role": "user", "content": "hi"}]},
+        timeout=60,
     )
     assert response.status_code == 400 and response.json()["error"]["param"] == "input"
     assert "not found" in response.json()["error"]["message"]
