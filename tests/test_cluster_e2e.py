@@ -108,6 +108,21 @@ def test_two_users_chat_and_stay_apart(cluster: LocalCluster) -> None:
     )
     assert completion.status_code == 200
     assert "世界" in completion.json()["choices"][0]["message"]["content"]
+    # the Responses API: its named SSE events through the tunnel, stored on the user's machine
+    streamed = httpx.post(
+        f"{cluster.base_url}/v1/responses",
+        json={"model": "clawlet", "input": "hi 世界", "stream": True},
+        headers=auth(cluster.tokens["bob"]),
+        timeout=60,
+    )
+    frames = parse_sse(streamed.text)
+    assert frames[0][0] == "response.created" and frames[-1][0] == "response.completed"
+    response_id = str(frames[0][1]["response"]["id"])  # type: ignore[index]
+    stored = httpx.get(f"{cluster.base_url}/v1/responses/{response_id}", headers=auth(cluster.tokens["bob"]))
+    assert stored.status_code == 200 and stored.json()["status"] == "completed"
+    assert (cluster.data_dir / f"exec-planes/bob/home/responses/{response_id}.json").is_file()
+    other = httpx.get(f"{cluster.base_url}/v1/responses/{response_id}", headers=auth(cluster.tokens["alice"]))
+    assert other.status_code == 404 and other.json()["error"]["param"] == "response_id"
 
     # the execution plane's own events, as the seed's vocabulary, to their owner only
     events = raw_events(cluster, "alice", "s1", until="execution_complete")

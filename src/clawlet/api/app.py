@@ -18,6 +18,7 @@ from clawlet.api import auth, gateway_ws, health, native, process
 from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
 from clawlet.api.inbox import install_inbox
 from clawlet.api.openai import chat as openai_chat
+from clawlet.api.openai import responses as openai_responses
 from clawlet.api.openai.errors import openai_error
 from clawlet.api.openapi_errors import document_errors
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
@@ -165,6 +166,7 @@ def create_app(
     app.include_router(native.router, prefix="/api")
     install_inbox(app)  # /api/v1: the task inbox
     app.include_router(openai_chat.router, prefix="/v1")
+    app.include_router(openai_responses.router, prefix="/v1")
     app.include_router(process.router)  # Open WebUI's external document loader
     app.include_router(gateway_ws.router)  # the OpenClaw gateway protocol; checks its own token
     app.include_router(health.router)  # public, like the seed's; /health/live never needs a token

@@ -132,6 +132,9 @@ ROUTE_ERRORS: dict[str, tuple[int, ...]] = {
     "POST /api/v1/tasks/{task_id}/approvals/{approval_id}": (404, 409),
     "GET /api/v1/tasks/{task_id}/events": (404,),
     "POST /v1/chat/completions": (404, 409),
+    "POST /v1/responses": (404, 409),
+    "GET /v1/responses/{response_id}": (404,),
+    "DELETE /v1/responses/{response_id}": (404,),
     "GET /v1/models/{model_id}": (404,),
     "PUT /process": (400, 403, 413, 422),
     "GET /health": (503,),
@@ -144,6 +147,7 @@ EVENT_STREAMS: dict[str, bool] = {
     "POST /api/agent": True,
     "POST /api/claude": True,
     "POST /v1/chat/completions": False,
+    "POST /v1/responses": False,
     "GET /api/v1/events": True,
     "GET /api/v1/tasks/{task_id}/events": True,
 }

@@ -30,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
@@ -67,8 +68,9 @@ from clawlet.engine.context import RunContext
 from clawlet.events import Event, RunFailed
 from clawlet.llm.images import ContentError, Image, accepts_images, image_note, image_of
 from clawlet.llm.providers import describe_model
-from clawlet.llm.response_format import ResponseFormatError, parse_response_format
+from clawlet.llm.response_format import ResponseFormat, ResponseFormatError, parse_response_format
 from clawlet.llm.sampling import Sampling
+from clawlet.runtime.manager import Run
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import validate_session_id
 
@@ -190,23 +192,27 @@ def split_turn(messages: list[ChatMessage]) -> Turn | str:
 
 
 def resolve_options(
-    request: Request, body: ChatCompletionRequest
+    request: Request,
+    messages: list[ChatMessage],
+    extra: dict[str, Any] | None = None,
+    session_id: str | None = None,
 ) -> tuple[AgentOptions, list[ChatMessage], str]:
-    """Options by precedence, the messages with in-message options removed, and the client's
-    system prompt (its system messages joined)."""
+    """Options by precedence (``extra``: the body's other fields; ``session_id``: its
+    ``session_id``), the messages with in-message options removed, and the client's system prompt
+    (its system messages joined). Chat completions and the Responses API share it."""
     options = AgentOptions()
     fallback_session = request.headers.get("x-openwebui-chat-id")
     if fallback_session:
         options.session_id = fallback_session.strip()
     options.overlay(from_mapping(request.headers, [("x-session-id", "session-id"), *HEADER_KEYS]))
-    options.overlay(from_mapping(body.model_extra or {}, BODY_KEYS))
-    if body.session_id:
-        options.session_id = body.session_id.strip()
+    options.overlay(from_mapping(extra or {}, BODY_KEYS))
+    if session_id:
+        options.session_id = session_id.strip()
     cleaned: list[ChatMessage] = []
     layers: dict[str, list[dict[str, Any]]] = {"system": [], "assistant": [], "user": []}
-    for index, message in enumerate(body.messages):
+    for index, message in enumerate(messages):
         text, found = extract_in_message(message_text(message))
-        is_current = index == len(body.messages) - 1
+        is_current = index == len(messages) - 1
         role = "system" if message.role in ("system", "developer") else message.role
         if role == "system" or role == "assistant" or is_current:
             layers.get(role, layers["user"]).append(found)
@@ -245,7 +251,9 @@ async def chat_completions(
         if is_task_prompt(only):
             return await answer_task(body, workspaces, only)
     try:
-        options, messages, system_prompt = resolve_options(request, body)
+        options, messages, system_prompt = resolve_options(
+            request, body.messages, body.model_extra, body.session_id
+        )
         results = tool_results(body.messages, message_text)
     except OptionError as exc:
         return openai_error(str(exc), 400, code="invalid_option", param=exc.param)
@@ -256,19 +264,68 @@ async def chat_completions(
     turn = split_turn(messages)
     if isinstance(turn, str):
         return openai_error(turn, 400, param="messages")
+    started = await start_agent_turn(
+        workspaces,
+        options,
+        turn,
+        system_prompt,
+        body.sampling(),
+        tools=body.tools,
+        tool_choice=body.tool_choice,
+        response_format=response_format,
+        images=message_images(body.messages[-1]),
+        user=body.user,
+    )
+    if isinstance(started, JSONResponse):
+        return started
+    prompt = "\n".join(message_text(m) for m in messages)
+    return await respond(
+        body, started.events, prompt, started.headers, started.session_id, options.thinking, started.note
+    )
+
+
+@dataclass(frozen=True)
+class StartedTurn:
+    """A turn the agent runs (``run``, which more watchers can follow): its events (keep-alive
+    moments included), its session, the response headers naming the session (and workspace), and
+    what the permission mode did to tools."""
+
+    run: Run
+    events: AsyncIterator[Event | None]
+    session_id: str
+    headers: dict[str, str]
+    note: str
+
+
+async def start_agent_turn(
+    workspaces: Workspaces,
+    options: AgentOptions,
+    turn: Turn,
+    system_prompt: str,
+    sampling: Sampling,
+    *,
+    tools: Any = None,
+    tool_choice: Any = None,
+    response_format: ResponseFormat | None = None,
+    images: tuple[Image, ...] = (),
+    user: str | None = None,
+) -> StartedTurn | JSONResponse:
+    """Start ``turn`` in the session ``options`` name (a new ``oai-*`` one if none), with the
+    client's ``tools`` / ``tool_choice`` (as sent), answer format, the turn's images and its end
+    ``user``, or the OpenAI-shaped error that refused it. Chat completions and the Responses API
+    share it."""
     try:
         services = workspaces.get(options.workspace)
         clawlet_tools = await services.engine.available_tool_names()
         check_tool_names(options, clawlet_tools)
-        client_tools = parse_tools(body.tools, clawlet_tools)
-        tool_choice = parse_tool_choice(body.tool_choice, client_tools)
+        client_tools = parse_tools(tools, clawlet_tools)
+        choice = parse_tool_choice(tool_choice, client_tools)
     except InvalidWorkspace as exc:
         return openai_error(str(exc), 400, code="invalid_workspace", param="workspace")
     except OptionError as exc:
         return openai_error(str(exc), 400, code="unknown_tool", param=exc.param)
     except ToolsError as exc:
         return openai_error(str(exc), 400, param=exc.param)
-    images = message_images(body.messages[-1])
     if images and not accepts_images(services.engine.provider):
         return openai_error(
             f"the model behind clawlet ({describe_model(services.settings).label}) does not accept "
@@ -283,14 +340,14 @@ async def chat_completions(
         disallowed_tools=frozenset(options.disallowed_tools or ()),
         extra_system_prompt=system_prompt,
         approval_mode="allow" if options.skip_permissions else "deny",
-        sampling=body.sampling(),
+        sampling=sampling,
         client_tools=client_tools,
-        tool_choice=tool_choice,
+        tool_choice=choice,
         response_format=response_format,
         images=images,
     )
-    if body.user:
-        log.info("chat completion for end user %r in session %s", body.user, session_id)
+    if user:
+        log.info("chat completion for end user %r in session %s", user, session_id)
     note = permission_note(await services.engine.resolve_context(context))
     try:
         validate_session_id(session_id)
@@ -303,11 +360,10 @@ async def chat_completions(
     headers = {"X-Session-ID": session_id}
     if options.workspace:
         headers["X-Clawlet-Workspace"] = options.workspace
-    prompt = "\n".join(message_text(m) for m in messages)
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
     if client_tools:
         events = remembering_calls(events, call_index(services.sessions), session_id)
-    return await respond(body, events, prompt, headers, session_id, options.thinking, note)
+    return StartedTurn(run=run, events=events, session_id=session_id, headers=headers, note=note)
 
 
 async def answer_tool_results(
