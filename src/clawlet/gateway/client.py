@@ -405,8 +405,9 @@ class GatewayClient(SocketClient):
 
     async def connect_by(self, deadline: float) -> None:
         """Return once connected, by loop time ``deadline``: waits for a reconnect under way (its
-        next attempt made at once), or makes attempts with :meth:`backoff_delay` between them. Raises :class:`GatewayUnavailable`
-        (the last attempt's error) when the deadline passes, :class:`GatewayError` when refused."""
+        next attempt made at once), or makes attempts with :meth:`backoff_delay` between them.
+        Raises :class:`GatewayUnavailable` (the last attempt's error) when the deadline passes,
+        :class:`GatewayError` when refused."""
         loop = asyncio.get_running_loop()
         attempt = 0
         while not self.connected:

@@ -380,9 +380,17 @@ class GatewayBackend:
                 except GatewayError as exc:
                     return Outcome("error", text, f"the OpenClaw gateway refused chat.history: {exc}")
                 except GatewayUnavailable as exc:
-                    if loop.time() >= deadline:
-                        return self._unreachable(text, exc)
-                    continue
+                    if loop.time() < deadline:
+                        continue
+                    if self.client.connected:
+                        break
+                    reason = self.client.last_error or exc
+                    return Outcome(
+                        "error",
+                        text,
+                        f"the connection to the OpenClaw gateway was lost and not back within"
+                        f" {self.timeout_seconds:g} s ({reason}); OpenClaw may still have the reply",
+                    )
                 found = reply_after(history, message_id, content)
                 if found.reply is not None:
                     log.info("task %s: reply %s read from the transcript", task.id, found.reply.message_id)
