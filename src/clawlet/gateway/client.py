@@ -314,7 +314,7 @@ class GatewayClient(SocketClient):
         self.request_timeout = request_timeout
         self.max_reconnects = max(0, max_reconnects)
         self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
+        self._backoff_max = backoff_max
         self.client_id = client_id
         self.client_mode = client_mode
         self.min_protocol = min_protocol
@@ -366,6 +366,16 @@ class GatewayClient(SocketClient):
         """``policy.tickIntervalMs`` of the current connection, in seconds."""
         conn = self._socket.current
         return conn.state.tick_interval if conn is not None else None
+
+    @property
+    def backoff_max(self) -> float:
+        """The longest wait between reconnect attempts (also the pace once they are spent)."""
+        return self._backoff_max
+
+    @backoff_max.setter
+    def backoff_max(self, value: float) -> None:
+        self._backoff_max = value
+        self._socket.retry_every = value
 
     def backoff_delay(self, attempt: int) -> float:
         """Seconds to wait before reconnect attempt ``attempt`` (1-based): 1, 2, 4, … capped."""
