@@ -232,3 +232,26 @@ async def wait_for(predicate: Any, what: str, timeout: float = 30.0) -> None:
         if loop.time() > end:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def test_a_message_lost_with_the_connection_is_sent_again_once(
+    gateway: ScriptedGateway, client: GatewayClient
+) -> None:
+    """The connection drops before the gateway recorded the message: after the reconnect the
+    transcript does not have it, so it is sent again with the same idempotency key."""
+    transcript = Transcript(gateway)
+
+    async def flaky(run: ScriptedRun) -> None:
+        if len(gateway.runs) == 1:
+            run.conn.drop()  # lost before anything was recorded
+            return
+        transcript.messages = [user(run.message, run.run_id), assistant("answered the copy", "m-1")]
+        await run.final("answered the copy")
+
+    gateway.chat_handler = flaky
+    outcome, _ = await asyncio.wait_for(run(GatewayBackend(client, timeout_seconds=60), "hello?"), 30)
+    assert (outcome.state, outcome.text) == ("final", "answered the copy")
+    sends = gateway.requests("chat.send")
+    assert len(sends) == 2
+    assert {s["params"]["idempotencyKey"] for s in sends} == {MESSAGE_ID}
+    assert {s["params"]["message"] for s in sends} == {"hello?"}

@@ -338,13 +338,14 @@ class GatewayBackend:
             return Outcome("error", text, f"the OpenClaw gateway refused the message: {exc}")
         except GatewayUnavailable as exc:
             log.info("task %s: %s; waiting to read the transcript", task.id, exc)
+            return await self._reconcile(task, content, message_id, on_text, deadline, text, lost=True)
         except TimeoutError:
             return Outcome(
                 "error",
                 text,
                 f"no reply from the OpenClaw gateway within {self.timeout_seconds:g} s; the run was aborted",
             )
-        return await self._reconcile(task, content, message_id, on_text, deadline, text)
+        return await self._reconcile(task, content, message_id, on_text, deadline, text, lost=False)
 
     def _unreachable(self, text: str, exc: Exception) -> Outcome:
         reason = self.client.last_error or exc
@@ -355,13 +356,25 @@ class GatewayBackend:
         )
 
     async def _reconcile(
-        self, task: Task, content: str, message_id: str, on_text: ProgressCallback, deadline: float, text: str
+        self,
+        task: Task,
+        content: str,
+        message_id: str,
+        on_text: ProgressCallback,
+        deadline: float,
+        text: str,
+        *,
+        lost: bool,
     ) -> Outcome:
-        """Read the reply from the session's transcript once it is there (see the class docstring)."""
+        """Read the reply from the session's transcript once it is there (see the class docstring).
+        ``lost``: the connection dropped during the run; if the message is not in the transcript
+        then, it never reached the gateway and is sent again (once, with the same idempotency key,
+        so a gateway that has it ignores the copy)."""
         from clawlet.gateway.client import GatewayUnavailable
 
         loop = asyncio.get_running_loop()
-        key = task_session_key(task)
+        key = task_session_key(task).lower()
+        resend = lost
         wake = self._wake[task.id]
 
         def on_chat(payload: dict[str, Any]) -> None:
@@ -377,8 +390,14 @@ class GatewayBackend:
                     wake.clear()
                     limit = max(0.0, min(self.client.request_timeout, deadline - loop.time()))
                     history = await self.client.request("chat.history", {"sessionKey": key}, timeout=limit)
+                    found = reply_after(history, message_id, content)
+                    if not found.seen and resend:
+                        log.info("task %s: the message is not in the transcript; sending it again", task.id)
+                        params = {"sessionKey": key, "message": content, "idempotencyKey": message_id}
+                        await self.client.request("chat.send", params, timeout=limit)
+                        resend = False
                 except GatewayError as exc:
-                    return Outcome("error", text, f"the OpenClaw gateway refused chat.history: {exc}")
+                    return Outcome("error", text, f"the OpenClaw gateway refused the message: {exc}")
                 except GatewayUnavailable as exc:
                     if loop.time() < deadline:
                         continue
@@ -391,7 +410,6 @@ class GatewayBackend:
                         f"the connection to the OpenClaw gateway was lost and not back within"
                         f" {self.timeout_seconds:g} s ({reason}); OpenClaw may still have the reply",
                     )
-                found = reply_after(history, message_id, content)
                 if found.reply is not None:
                     log.info("task %s: reply %s read from the transcript", task.id, found.reply.message_id)
                     on_text(found.reply.text)
