@@ -545,6 +545,51 @@ async def test_gives_up_after_max_reconnects_and_recovers_later(
     assert updates[-1].text == "Echo: back"
 
 
+async def test_keeps_reconnecting_past_max_reconnects_while_needed_then_stops(
+    gateway: ScriptedGateway, harness: Harness
+) -> None:
+    """While ``keep_reconnecting()`` is true (the inbox: a task waits for the gateway) attempts go
+    on every ``backoff_max`` seconds after the regular ones; once it is false the cycle stops."""
+    client = harness.client(gateway.url, max_reconnects=3, backoff_initial=0.01, backoff_max=0.02)
+    needed = True
+    client.keep_reconnecting = lambda: needed
+    await client.start()
+    gateway.refuse_connections = True
+    gateway.latest.drop()
+    await until(lambda: len(gateway.connections) >= 1 + 3 + 10, "attempts past max_reconnects", 30)
+    gateway.refuse_connections = False
+    await until(lambda: client.connected, "the reconnect once the gateway accepts", 30)
+    assert client.connects == 2 and client.last_error is None
+    assert (await run_chat(client, "back"))[-1].text == "Echo: back"
+    needed = False
+    before = len(gateway.connections)
+    gateway.refuse_connections = True
+    gateway.latest.drop()
+    await until(lambda: not client._socket.running, "the cycle to stop when nobody needs it", 30)
+    attempts = len(gateway.connections)
+    assert attempts == before + 3, "only the regular attempts when nobody needs the gateway"
+    with pytest.raises(GatewayUnavailable):
+        await client.request("health", timeout=5)
+    assert len(gateway.connections) == attempts + 1, "a request makes one fresh attempt"
+
+
+async def test_connect_by_waits_for_the_gateway_up_to_a_deadline(
+    gateway: ScriptedGateway, harness: Harness
+) -> None:
+    client = harness.client(gateway.url, backoff_initial=0.01, backoff_max=0.05)
+    gateway.refuse_connections = True
+    loop = asyncio.get_running_loop()
+    with pytest.raises(GatewayUnavailable, match="closed the connection during the handshake"):
+        await client.connect_by(loop.time() + 0.5)
+    refused = len(gateway.connections)
+    assert refused >= 2, "attempts went on until the deadline"
+    waiting = asyncio.create_task(client.connect_by(loop.time() + 30))
+    await until(lambda: len(gateway.connections) > refused, "another attempt")
+    gateway.refuse_connections = False
+    await asyncio.wait_for(waiting, 30)
+    assert client.connected
+
+
 async def test_close_fails_in_flight_chats_and_later_requests(
     gateway: ScriptedGateway, harness: Harness
 ) -> None:

@@ -15,8 +15,10 @@ every reply is deterministic and nothing leaves 127.0.0.1. It checks:
    ``chat.history``, tool events (``agent`` events of stream ``tool``), ``chat.abort`` of a slow
    run (state ``aborted``), idempotent re-send, and how OpenClaw refuses a bad connect;
 2. the inbox with backend ``gateway``: a task created through REST runs on OpenClaw and completes
-   with the scripted reply; a cancelled task aborts its OpenClaw run; the inbox's client reconnects
-   when OpenClaw restarts;
+   with the scripted reply; a cancelled task aborts its OpenClaw run; a follow-up sent while the
+   session is busy (empty ``final``) and a turn OpenClaw replays after being killed mid-turn each
+   get their reply, once, from ``chat.history``; a task created while OpenClaw is down fails within
+   its run timeout; the inbox's client reconnects when OpenClaw restarts;
 3. real OpenClaw clients against clawlet's own gateway server at ``/gateway``: ``openclaw gateway
    call`` / ``openclaw health``, ``openclaw agent --message`` (prints clawlet's answer), ``openclaw
    tui`` driven in a pseudo-terminal (a typed message is answered on screen), and ``openclaw logs``,
@@ -69,6 +71,9 @@ REPLY = "Hello from the scripted model, through a real OpenClaw gateway!"
 INBOX_REPLY = "收到：这个收件箱任务在 OpenClaw 上完成了。"
 TOOL_REPLY = "I listed the workspace."
 SLOW_REPLY = "slow " * 80
+BUSY_REPLY = "这条消息在会话忙时发出，回复仍然到了收件箱。"
+REPLAYED_REPLY = "Replayed after the restart: the interrupted turn is finished."
+RESTART_NOTE = "[System] Your previous turn was interrupted by a gateway restart"
 UNSCRIPTED = "(no scripted answer for this request)"
 INTERNAL_CONTEXT = "BEGIN_OPENCLAW_INTERNAL_CONTEXT"
 
@@ -95,12 +100,16 @@ def script(body: dict[str, Any]) -> Turn:
     if index is None:
         return text_turn(UNSCRIPTED)
     text = message_text(messages[index])
+    if RESTART_NOTE in json.dumps(body, ensure_ascii=False):  # OpenClaw replays a turn cut short
+        return text_turn(REPLAYED_REPLY, chunks=3, delay=0.05)
     if "[interop:tool]" in text:
         if any(m.get("role") == "tool" for m in messages[index + 1 :]):
             return text_turn(TOOL_REPLY)
         return tool_turn(ToolCall("ls", {"path": "."}))
     if "[interop:slow]" in text:
         return text_turn(SLOW_REPLY, delay=0.1)
+    if "[interop:busy]" in text:
+        return text_turn(BUSY_REPLY, chunks=3, delay=0.05)
     if "[interop:inbox]" in text:
         return text_turn(INBOX_REPLY, chunks=4, delay=0.05)
     if "[interop:hello]" in text:
@@ -457,6 +466,79 @@ def test_cancelling_an_inbox_task_aborts_the_openclaw_run(
     check_frames(frames)
 
 
+def agent_messages(client: httpx.Client, task_id: str) -> list[str]:
+    messages = client.get(f"/tasks/{task_id}/messages").json()
+    return [str(m["content"]) for m in messages if m["senderType"] == "agent"]
+
+
+def wait_finished(client: httpx.Client, task_id: str) -> str:
+    done = ("completed", "failed", "cancelled")
+    wait_until(lambda: client.get(f"/tasks/{task_id}").json()["status"] in done, timeout=CHAT_TIMEOUT * 2)
+    return str(client.get(f"/tasks/{task_id}").json()["status"])
+
+
+def test_a_message_sent_while_the_openclaw_session_is_busy_gets_its_reply_once(
+    inbox: tuple[LiveServer, GatewayBackend, FrameLog], gateway: OpenClawGateway
+) -> None:
+    """Another client keeps the task's session busy; OpenClaw acks the inbox's follow-up, sends it
+    an empty ``final`` and answers it in a run of its own. The inbox reads that answer from
+    ``chat.history`` and stores it once."""
+    server, _, frames = inbox
+    with httpx.Client(base_url=server.url + "/api/v1", timeout=15) as client:
+        task_id = client.post("/tasks", json={"content": "[interop:inbox] first"}).json()["id"]
+        assert wait_finished(client, task_id) == "completed"
+        key = session_key("main", task_session_name(task_id))
+        streaming = threading.Event()
+
+        async def keep_busy() -> None:
+            async with new_client(gateway) as other:
+                updates = other.chat(
+                    key, "[interop:slow] keep the session busy", str(uuid.uuid4()), timeout=60
+                )
+                async for update in updates:
+                    if update.state == "delta":
+                        streaming.set()
+
+        busy = threading.Thread(target=asyncio.run, args=(keep_busy(),), daemon=True)
+        busy.start()
+        assert streaming.wait(CHAT_TIMEOUT), "the other client's run streams"
+        sent = client.post(f"/tasks/{task_id}/messages", json={"content": "[interop:busy] second"})
+        assert sent.status_code in (200, 201), sent.text
+        assert wait_finished(client, task_id) == "completed", agent_messages(client, task_id)
+        busy.join(CHAT_TIMEOUT)
+        assert agent_messages(client, task_id) == [INBOX_REPLY, BUSY_REPLY]
+    follow_up = frames.sent("chat.send")[-1]["params"]
+    assert follow_up["message"] == "[interop:busy] second"
+    own = [
+        f["payload"] for f in frames.received("chat") if f["payload"]["runId"] == follow_up["idempotencyKey"]
+    ]
+    assert [(p["state"], p.get("message")) for p in own] == [("final", None)], "the busy path was taken"
+    assert frames.sent("chat.history"), "the reply came from the transcript"
+
+
+def test_a_turn_cut_short_by_an_openclaw_crash_is_replayed_and_shown_once(
+    inbox: tuple[LiveServer, GatewayBackend, FrameLog], gateway: OpenClawGateway
+) -> None:
+    """OpenClaw is killed while it streams a reply and started again: it replays the interrupted
+    turn under a new run, and the task completes with that reply, stored once."""
+    server, backend, frames = inbox
+    backend.client.backoff_initial, backend.client.backoff_max = 0.25, 1.0  # keep the test short
+    with (
+        httpx.Client(base_url=server.url + "/api/v1", timeout=15) as client,
+        SseClient(server.url + "/api/v1/events") as events,
+    ):
+        task_id = client.post("/tasks", json={"content": "[interop:slow] a long answer"}).json()["id"]
+        events.wait_for(lambda evs: any(n == "message.delta" for n, _ in evs), timeout=CHAT_TIMEOUT)
+        gateway.kill()
+        wait_until(lambda: not backend.client.connected, timeout=20)
+        assert client.get(f"/tasks/{task_id}").json()["status"] == "running"
+        gateway.start()
+        assert wait_finished(client, task_id) == "completed", agent_messages(client, task_id)
+        assert agent_messages(client, task_id) == [REPLAYED_REPLY]
+    assert backend.client.connects >= 2
+    check_frames(frames)
+
+
 def test_the_inbox_reconnects_after_openclaw_restarts(
     inbox: tuple[LiveServer, GatewayBackend, FrameLog], gateway: OpenClawGateway
 ) -> None:
@@ -480,6 +562,12 @@ def test_the_inbox_reconnects_after_openclaw_restarts(
         assert backend.client.connects == 1
         gateway.stop()
         wait_until(lambda: not backend.client.connected, timeout=20)
+        # a task created while OpenClaw is down fails within its run timeout, saying why
+        backend.timeout_seconds = 3
+        down = str(client.post("/tasks", json={"content": "[interop:inbox] while down"}).json()["id"])
+        assert wait_finished(client, down) == "failed"
+        assert "the OpenClaw gateway could not be reached within 3 s" in agent_messages(client, down)[-1]
+        backend.timeout_seconds = CHAT_TIMEOUT
         gateway.start()
         assert run_task(client, "[interop:inbox] after the restart") == INBOX_REPLY
         assert backend.client.connects == 2

@@ -14,10 +14,12 @@ handler (``on_frame``), its error types and, optionally, hooks for a new and a l
   skipped), shows it to the observer (``observer(direction, frame)``, redacted if asked) and hands it
   to ``on_frame``; a handler that raises is logged. When the reader ends the connection is lost:
   tasks spawned with ``stop_on_loss`` are cancelled, ``on_lost`` runs, and the reconnect loop starts.
-* The loop: attempt *k* waits ``schedule()[k]`` seconds. An error ``is_final`` calls final stops it for
+* The loop: attempt *k* waits ``schedule()[k]`` seconds (:meth:`~ReconnectingSocket.nudge` cuts the
+  wait short: a caller needs the connection now). An error ``is_final`` calls final stops it for
   good (:attr:`~ReconnectingSocket.final_error`, raised by :meth:`~ReconnectingSocket.wait_closed`).
   When every attempt failed, every waiting request fails with "… unreachable: gave up after …" and
-  the socket is ``offline``: it stops, or with ``retry_every`` keeps trying at that pace.
+  the socket is ``offline``: it stops, or with ``retry_every`` keeps trying at that pace for as long
+  as ``retry_while()`` says the connection is still needed (default: always).
 * :class:`PendingRequests` holds the requests waiting for an answer, by id, each with its timeout.
 * :meth:`~ReconnectingSocket.close` stops the loop, closes the socket, cancels the connection's tasks
   and fails what is still waiting.
@@ -212,6 +214,7 @@ class ReconnectingSocket(Generic[S]):
         errors: tuple[type[Exception], ...],
         schedule: Callable[[], Sequence[float]],
         retry_every: float | None = None,
+        retry_while: Callable[[], bool] = lambda: True,
         limits: Limits = Limits(),
         is_final: Callable[[Exception], bool] = lambda exc: False,
         refine: Callable[[Exception], Exception | None] = lambda exc: None,
@@ -223,6 +226,7 @@ class ReconnectingSocket(Generic[S]):
     ) -> None:
         self.url, self.noun, self.decode, self.encode, self.redact = url, noun, decode, encode, redact
         self.schedule, self.retry_every, self.limits = schedule, retry_every, limits
+        self.retry_while = retry_while
         self._handshake, self._on_frame, self._on_open, self._on_lost = handshake, on_frame, on_open, on_lost
         self._unavailable, self._errors, self._is_final, self._refine = unavailable, errors, is_final, refine
         self._redact_observed, self._prefix = redact_observed, task_prefix
@@ -240,6 +244,7 @@ class ReconnectingSocket(Generic[S]):
         """Lost connections whose tasks still run (they end on their own, or at :meth:`close`)."""
         self._manager: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
+        self._nudged = asyncio.Event()
 
     @property
     def current(self) -> Connection[S] | None:
@@ -348,6 +353,10 @@ class ReconnectingSocket(Generic[S]):
                 up.cancel()
         return conn
 
+    def nudge(self) -> None:
+        """Make the reconnect loop's next attempt at once instead of after its backoff."""
+        self._nudged.set()
+
     async def close(self) -> None:
         """Stop for good: no more reconnects, the connection closed, waiting requests failed."""
         self.closing, self.state = True, "closed"
@@ -398,9 +407,9 @@ class ReconnectingSocket(Generic[S]):
         self.last_error, self.state = error, "offline"
         failed = self.pending.fail_all(error)
         retry = self.retry_every
-        then = "stopping" if retry is None else f"retrying every {retry:g}s"
+        then = "stopping" if retry is None or not self.retry_while() else f"retrying every {retry:g}s"
         log.error("%s; failed %d waiting requests; %s", error, failed, then)
-        while retry is not None:
+        while retry is not None and self.retry_while():
             conn, last = await self._attempt(retry)
             if conn is not None or self._stopped:
                 return conn
@@ -408,7 +417,9 @@ class ReconnectingSocket(Generic[S]):
         return None
 
     async def _attempt(self, delay: float) -> tuple[Connection[S] | None, Exception | None]:
-        await asyncio.sleep(delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._nudged.wait(), delay)
+        self._nudged.clear()
         if self.closing:
             return None, None
         try:

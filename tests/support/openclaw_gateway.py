@@ -303,6 +303,15 @@ class OpenClawGateway:
             self._stdout.close()
             self._stdout = None
 
+    def kill(self) -> None:
+        """SIGKILL the gateway's process group: no drain, runs cut short mid-turn (as in a crash)."""
+        process = self.process
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+        self.stop()
+
     def log_tail(self, lines: int = 60) -> str:
         """The end of the gateway's console output (the JSON log file has the same messages)."""
         if not self.console_file.is_file():

@@ -17,8 +17,13 @@ Connection lifecycle:
   every pending request and every in-flight :meth:`GatewayClient.chat` fails with
   :class:`GatewayUnavailable` at once (the run may still finish on the gateway), and the client
   reconnects up to ``max_reconnects`` times with exponential backoff (``backoff_initial`` doubling,
-  capped at ``backoff_max``; the count starts afresh after each successful connect). A connect that
-  the gateway refuses (``ok:false`` that is not ``retryable``) ends the cycle at once.
+  capped at ``backoff_max``; the count starts afresh after each successful connect). After that it
+  keeps trying every ``backoff_max`` seconds for as long as ``keep_reconnecting()`` is true (the
+  inbox sets it while tasks wait for the gateway), else it stops. A connect that the gateway refuses
+  (``ok:false`` that is not ``retryable``) ends the cycle at once.
+* :meth:`GatewayClient.connect_by` waits for a connection up to a deadline: it rides a reconnect
+  under way, or keeps making attempts with the same backoff, and raises the last error once the
+  deadline passes.
 * While a reconnect is under way, new requests wait for it (within their own timeout). After the
   client gave up (or before it was ever started) a request makes a fresh ``start()`` attempt, so it
   fails fast if the gateway is still down and starts a new connect cycle if it is back.
@@ -39,7 +44,7 @@ import logging
 import sys
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,6 +88,7 @@ TERMINAL_STATES: frozenset[str] = frozenset({"final", "aborted", "error"})
 
 FrameCallback = Callable[[str, dict[str, Any]], None]
 ToolEventCallback = Callable[[str, dict[str, Any]], None]
+ChatEventCallback = Callable[[dict[str, Any]], None]
 
 #: Incoming frames may be large (chat histories); the gateway is a trusted peer.
 MAX_INCOMING_FRAME_BYTES = 64 * 1024 * 1024
@@ -258,11 +264,14 @@ class _RunWatch:
 
     def accepts(self, payload: dict[str, Any]) -> bool:
         key = payload.get("sessionKey")
-        if not isinstance(key, str) or not key:
-            return True
-        if key.lower() == self.session_key:
-            return True
-        return parse_session_key(key) == parse_session_key(self.session_key)
+        return not isinstance(key, str) or not key or _same_session(key, self.session_key)
+
+
+def _same_session(key: Any, ours: str) -> bool:
+    """Whether an event's ``sessionKey`` names the session ``ours`` (lower-cased)."""
+    if not isinstance(key, str) or not key:
+        return False
+    return key.lower() == ours or parse_session_key(key) == parse_session_key(ours)
 
 
 @dataclass(eq=False)
@@ -305,7 +314,7 @@ class GatewayClient(SocketClient):
         self.request_timeout = request_timeout
         self.max_reconnects = max(0, max_reconnects)
         self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
+        self._backoff_max = backoff_max
         self.client_id = client_id
         self.client_mode = client_mode
         self.min_protocol = min_protocol
@@ -320,6 +329,8 @@ class GatewayClient(SocketClient):
             unavailable=GatewayUnavailable,
             errors=(GatewayError, GatewayUnavailable),
             schedule=lambda: [self.backoff_delay(n) for n in range(1, self.max_reconnects + 1)],
+            retry_every=backoff_max,
+            retry_while=lambda: self.keep_reconnecting(),
             limits=Limits(
                 open_timeout=request_timeout, close_timeout=CLOSE_TIMEOUT, max_size=MAX_INCOMING_FRAME_BYTES
             ),
@@ -334,6 +345,9 @@ class GatewayClient(SocketClient):
         self._hello: dict[str, Any] | None = None
         self._protocol: int | None = None
         self._tool_listeners: list[tuple[Callable[[str], bool], ToolEventCallback]] = []
+        self._chat_listeners: list[tuple[str, ChatEventCallback]] = []
+        self.keep_reconnecting: Callable[[], bool] = lambda: False
+        """Whether to keep trying (every ``backoff_max`` s) once ``max_reconnects`` attempts failed."""
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -352,6 +366,16 @@ class GatewayClient(SocketClient):
         """``policy.tickIntervalMs`` of the current connection, in seconds."""
         conn = self._socket.current
         return conn.state.tick_interval if conn is not None else None
+
+    @property
+    def backoff_max(self) -> float:
+        """The longest wait between reconnect attempts (also the pace once they are spent)."""
+        return self._backoff_max
+
+    @backoff_max.setter
+    def backoff_max(self, value: float) -> None:
+        self._backoff_max = value
+        self._socket.retry_every = value
 
     def backoff_delay(self, attempt: int) -> float:
         """Seconds to wait before reconnect attempt ``attempt`` (1-based): 1, 2, 4, … capped."""
@@ -387,6 +411,29 @@ class GatewayClient(SocketClient):
                 if not exc.retryable or loop.time() + wait >= deadline:
                     raise
                 log.info("the gateway asked to retry the connect in %.2fs: %s", wait, exc)
+                await asyncio.sleep(wait)
+
+    async def connect_by(self, deadline: float) -> None:
+        """Return once connected, by loop time ``deadline``: waits for a reconnect under way (its
+        next attempt made at once), or makes attempts with :meth:`backoff_delay` between them.
+        Raises :class:`GatewayUnavailable` (the last attempt's error) when the deadline passes,
+        :class:`GatewayError` when refused."""
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while not self.connected:
+            try:
+                if self._socket.running:
+                    self._socket.nudge()
+                    await self._socket.wait_connected(deadline)
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        await self.start()
+            except (GatewayUnavailable, TimeoutError) as exc:
+                last = self.last_error or exc
+                attempt += 1
+                wait = min(self.backoff_delay(attempt), deadline - loop.time())
+                if wait <= 0:
+                    raise GatewayUnavailable(str(last) or "still connecting") from None
                 await asyncio.sleep(wait)
 
     async def __aenter__(self) -> GatewayClient:
@@ -425,7 +472,7 @@ class GatewayClient(SocketClient):
         *,
         timeout: float,
         on_tool: ToolEventCallback | None = None,
-    ) -> AsyncIterator[ChatUpdate]:
+    ) -> AsyncGenerator[ChatUpdate]:
         """Send ``chat.send`` and yield an update per ``chat`` event of the run.
 
         The run id is the ack's ``runId`` (normally the idempotency key). Yields until the terminal
@@ -497,6 +544,18 @@ class GatewayClient(SocketClient):
         def remove() -> None:
             with contextlib.suppress(ValueError):
                 self._tool_listeners.remove(listener)
+
+        return remove
+
+    def on_chat_event(self, session_key: str, callback: ChatEventCallback) -> Callable[[], None]:
+        """Call ``callback(payload)`` for every ``chat`` event of ``session_key`` (any run, watched
+        or not). Returns a function that removes the listener."""
+        listener = (session_key.lower(), callback)
+        self._chat_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._chat_listeners.remove(listener)
 
         return remove
 
@@ -655,6 +714,12 @@ class GatewayClient(SocketClient):
         if not isinstance(payload, dict) or not isinstance(payload.get("runId"), str):
             log.debug("ignoring a chat event without a runId")
             return
+        for key, callback in list(self._chat_listeners):
+            if _same_session(payload.get("sessionKey"), key):
+                try:
+                    callback(payload)
+                except Exception:
+                    log.exception("chat event callback failed")
         watch = conn.state.runs.get(payload["runId"])
         if watch is not None and watch.accepts(payload):
             watch.queue.put_nowait(payload)

@@ -14,10 +14,11 @@ for the inbox), so its tasks never wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import RunContext
@@ -42,6 +43,7 @@ from clawlet.events import (
 )
 from clawlet.gateway.protocol import GatewayError, session_key
 from clawlet.inbox.models import Task
+from clawlet.inbox.reconcile import reply_after
 from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 
@@ -54,6 +56,10 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[str], None]
 """Called with the reply's cumulative text while it streams."""
 
+
+RECONCILE_POLL = 2.0
+"""While a reply is awaited in the transcript, it is read again at least this often (seconds),
+besides after every run of the session that ends and every reconnect."""
 
 INBOX_CONTEXT = RunContext(approval_mode="ask")
 """Inbox turns may pause: the inbox shows the question and the user's reply resumes the run."""
@@ -266,7 +272,15 @@ class LocalBackend:
 
 
 class GatewayBackend:
-    """Passes each message unchanged to an OpenClaw gateway (the seed's transparent channel)."""
+    """Passes each message unchanged to an OpenClaw gateway (the seed's transparent channel).
+
+    A run never ends ``final`` without text: when the gateway's ``final`` is empty (the session was
+    busy and the message is answered by a run of its own) or the connection is lost mid-run (the
+    gateway may finish or replay the turn after a restart), the reply is looked up in the session's
+    ``chat.history`` (:mod:`clawlet.inbox.reconcile`) after every reconnect and every run of the
+    session that ends, until it is there or the run timeout passes (then the task fails saying why).
+    Waiting for a connection is bounded by the same timeout; while runs wait, the client keeps
+    reconnecting (every ``backoff_max`` s once its regular attempts are spent)."""
 
     name = "gateway"
 
@@ -274,48 +288,150 @@ class GatewayBackend:
         self.client = client
         self.timeout_seconds = timeout_seconds
         self._abort_requested: set[str] = set()
+        self._wake: dict[str, asyncio.Event] = {}
+        """Per running task: set when a chat event of its session ends a run, or on abort."""
+        client.keep_reconnecting = lambda: bool(self._wake)
 
     async def run(self, task: Task, content: str, message_id: str, on_text: ProgressCallback) -> Outcome:
+        self._wake[task.id] = asyncio.Event()
         try:
             return await self._run(task, content, message_id, on_text)
         finally:
             self._abort_requested.discard(task.id)
+            del self._wake[task.id]
 
     async def _run(self, task: Task, content: str, message_id: str, on_text: ProgressCallback) -> Outcome:
         from clawlet.gateway.client import GatewayUnavailable
 
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_seconds
         text = ""
         abort_sent = False
         try:
-            if not self.client.connected:
-                await self.client.start()
-            updates = self.client.chat(
-                task_session_key(task), content, message_id, timeout=self.timeout_seconds
-            )
-            async for update in updates:
-                text = update.text
-                if task.id in self._abort_requested and not abort_sent:
-                    abort_sent = True  # the abort came before the gateway knew the run
-                    await self.abort(task)
-                if update.state == "delta":
-                    on_text(text)
-                elif update.state == "final":
-                    return Outcome("final", text)
-                elif update.state == "error":
-                    return Outcome("error", text, update.error or "the gateway reported an error")
-                else:
-                    return Outcome("aborted", text, update.error)
+            await self.client.connect_by(deadline)
+        except GatewayError as exc:
+            return Outcome("error", text, f"the OpenClaw gateway refused the connection: {exc}")
+        except GatewayUnavailable as exc:
+            return self._unreachable(text, exc)
+        updates = self.client.chat(
+            task_session_key(task), content, message_id, timeout=max(0.0, deadline - loop.time())
+        )
+        try:
+            async with contextlib.aclosing(updates):
+                async for update in updates:
+                    text = update.text
+                    if task.id in self._abort_requested and not abort_sent:
+                        abort_sent = True  # the abort came before the gateway knew the run
+                        await self.abort(task)
+                    if update.state == "delta":
+                        on_text(text)
+                    elif update.state == "final":
+                        if text.strip():
+                            return Outcome("final", text)
+                        log.info("task %s: empty final from the gateway; reading the transcript", task.id)
+                        break
+                    elif update.state == "error":
+                        return Outcome("error", text, update.error or "the gateway reported an error")
+                    else:
+                        return Outcome("aborted", text, update.error)
         except GatewayError as exc:
             return Outcome("error", text, f"the OpenClaw gateway refused the message: {exc}")
         except GatewayUnavailable as exc:
-            return Outcome("error", text, f"OpenClaw gateway unavailable: {exc}")
+            log.info("task %s: %s; waiting to read the transcript", task.id, exc)
+            return await self._reconcile(task, content, message_id, on_text, deadline, text, lost=True)
         except TimeoutError:
             return Outcome(
                 "error",
                 text,
                 f"no reply from the OpenClaw gateway within {self.timeout_seconds:g} s; the run was aborted",
             )
-        return Outcome("error", text, "the gateway ended the run without a result")
+        return await self._reconcile(task, content, message_id, on_text, deadline, text, lost=False)
+
+    def _unreachable(self, text: str, exc: Exception) -> Outcome:
+        reason = self.client.last_error or exc
+        return Outcome(
+            "error",
+            text,
+            f"the OpenClaw gateway could not be reached within {self.timeout_seconds:g} s: {reason}",
+        )
+
+    async def _reconcile(
+        self,
+        task: Task,
+        content: str,
+        message_id: str,
+        on_text: ProgressCallback,
+        deadline: float,
+        text: str,
+        *,
+        lost: bool,
+    ) -> Outcome:
+        """Read the reply from the session's transcript once it is there (see the class docstring).
+        ``lost``: the connection dropped during the run; if the message is not in the transcript
+        then, it never reached the gateway and is sent again (once, with the same idempotency key,
+        so a gateway that has it ignores the copy)."""
+        from clawlet.gateway.client import GatewayUnavailable
+
+        loop = asyncio.get_running_loop()
+        key = task_session_key(task).lower()
+        resend = lost
+        wake = self._wake[task.id]
+
+        def on_chat(payload: dict[str, Any]) -> None:
+            if payload.get("state") in ("final", "aborted", "error"):
+                wake.set()
+
+        remove = self.client.on_chat_event(key, on_chat)
+        seen = False
+        try:
+            while task.id not in self._abort_requested:
+                try:
+                    await self.client.connect_by(deadline)
+                    wake.clear()
+                    limit = max(0.0, min(self.client.request_timeout, deadline - loop.time()))
+                    history = await self.client.request("chat.history", {"sessionKey": key}, timeout=limit)
+                    found = reply_after(history, message_id, content)
+                    if not found.seen and resend:
+                        log.info("task %s: the message is not in the transcript; sending it again", task.id)
+                        params = {"sessionKey": key, "message": content, "idempotencyKey": message_id}
+                        await self.client.request("chat.send", params, timeout=limit)
+                        resend = False
+                except GatewayError as exc:
+                    return Outcome("error", text, f"the OpenClaw gateway refused the message: {exc}")
+                except GatewayUnavailable as exc:
+                    if loop.time() < deadline:
+                        continue
+                    if self.client.connected:
+                        break
+                    reason = self.client.last_error or exc
+                    return Outcome(
+                        "error",
+                        text,
+                        f"the connection to the OpenClaw gateway was lost and not back within"
+                        f" {self.timeout_seconds:g} s ({reason}); OpenClaw may still have the reply",
+                    )
+                if found.reply is not None:
+                    log.info("task %s: reply %s read from the transcript", task.id, found.reply.message_id)
+                    on_text(found.reply.text)
+                    return Outcome("final", found.reply.text)
+                seen = seen or found.seen
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), min(RECONCILE_POLL, remaining))
+        finally:
+            remove()
+        if task.id in self._abort_requested:
+            return Outcome("aborted", text)
+        where = (
+            "its transcript has the message but no reply" if seen else "the message is not in its transcript"
+        )
+        if self.client.connected:
+            await self.abort(task)
+        return Outcome(
+            "error", text, f"no reply from the OpenClaw gateway within {self.timeout_seconds:g} s ({where})"
+        )
 
     async def resume(
         self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
@@ -335,6 +451,8 @@ class GatewayBackend:
         from clawlet.gateway.client import GatewayUnavailable
 
         self._abort_requested.add(task.id)
+        if (wake := self._wake.get(task.id)) is not None:
+            wake.set()
         try:
             await self.client.abort(task_session_key(task))
         except (GatewayError, GatewayUnavailable) as exc:
