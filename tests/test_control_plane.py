@@ -722,6 +722,22 @@ async def test_sse_events_are_deduplicated_by_stream_session_and_seq(cp: Harness
         cp.plane.subscribe(ALICE, "never-seen")
 
 
+async def test_several_frames_in_one_message_are_read_one_per_line(cp: Harness) -> None:
+    alice = cp.user(ALICE)
+    ws = await cp.raw_connect(ALICE, alice.token, alice.ticket)
+    init = await recv_type(ws, "init")
+    assert init["data"]["frames_per_line"] is True
+    await cp.plane.start_session(ALICE, "s1", {})
+    await recv_type(ws, "start_session")
+    sub = cp.plane.subscribe(ALICE, "s1")
+    texts = ["第一行\n第二行", "two", "three"]  # a newline inside a string is escaped in the JSON
+    lines = [encode(sse_event_frame("s1", {"text": text}, seq, "A")) for seq, text in enumerate(texts, 1)]
+    await ws.send("\n".join([*lines[:2], "not json", lines[2]]))  # a bad line is refused alone
+    assert (await recv_type(ws, "error"))["error"]["code"] == "bad_frame"
+    assert [e["data"]["text"] for e in await collect(sub, 3)] == texts
+    await settle(ws)
+
+
 async def test_a_lagging_subscriber_continues_from_the_event_log(tmp_path: Path) -> None:
     cp = await Harness(tmp_path, subscriber_buffer=2).start()
     try:

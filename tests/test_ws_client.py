@@ -22,6 +22,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from clawlet import ws_client
 from clawlet.ws_client import Connection, Limits, PendingRequests, ReconnectingSocket, Wire
 
 
@@ -53,6 +54,9 @@ class ToyServer:
         """When set, ``hello`` waits for it (a handshake in progress)."""
         self.connections: list[ServerConnection] = []
         self.received: list[dict[str, Any]] = []
+        self.messages = 0
+        """WebSocket messages received (one holds several frames, one per line, from a client
+        whose connection sends :attr:`~clawlet.ws_client.Wire.lines`)."""
         self._server: Server | None = None
 
     @property
@@ -86,10 +90,14 @@ class ToyServer:
         await ws.send(json.dumps({"type": "refuse" if self.refuse_handshake else "hello"}))
         with contextlib.suppress(ConnectionClosed):
             async for raw in ws:
-                frame = json.loads(raw)
-                self.received.append(frame)
-                if frame["type"] == "req" and frame["method"] != "hang":
-                    await ws.send(json.dumps({"type": "res", "id": frame["id"], "result": frame["method"]}))
+                self.messages += 1
+                for line in str(raw).split("\n"):
+                    frame = json.loads(line)
+                    self.received.append(frame)
+                    if frame["type"] == "req" and frame["method"] != "hang":
+                        await ws.send(
+                            json.dumps({"type": "res", "id": frame["id"], "result": frame["method"]})
+                        )
 
 
 class ToyClient:
@@ -343,3 +351,41 @@ async def test_close_during_the_first_connect_leaves_nothing_running(server: Toy
         await connecting
     assert client.socket.current is None and not client.socket.running
     assert client.socket.state == "closed"
+
+
+async def test_with_lines_the_frames_of_one_loop_turn_go_out_as_one_message(
+    server: ToyServer, connected: Connected, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await connected()
+    conn = client.socket.current
+    assert conn is not None
+    await conn.send({"type": "note", "n": -1})  # without lines: one message per frame
+    await until(lambda: server.messages == 2)  # "hi", then the note
+    conn.lines = True
+    notes = [{"type": "note", "n": n, "text": f"第{n}\n行"} for n in range(50)]
+    await asyncio.gather(*(conn.send(note) for note in notes))
+    await until(lambda: len(server.received) == 52)
+    assert server.received[2:] == notes and server.messages == 3  # in order, in one message
+    # a frame over the size of one message goes alone, between the others
+    monkeypatch.setattr(ws_client, "MAX_LINES_BYTES", 200)
+    sizes = [{"type": "note", "n": n, "pad": "x" * size} for n, size in enumerate([10, 500, 10, 10])]
+    await asyncio.gather(*(conn.send(note) for note in sizes))
+    await until(lambda: len(server.received) == 56)
+    assert server.received[52:] == sizes and server.messages == 6  # [10], [500], [10, 10]
+    # a request still gets its answer through a message of lines
+    assert await client.request("ping") == "ping"
+
+
+async def test_with_lines_every_sender_of_a_lost_message_gets_the_error(
+    server: ToyServer, connected: Connected
+) -> None:
+    client = await connected()
+    conn = client.socket.current
+    assert conn is not None
+    conn.lines = True
+    server.drop_latest()
+    await until(lambda: client.lost)
+    results = await asyncio.gather(
+        *(conn.send({"type": "note", "n": n}) for n in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(result, ConnectionClosed) for result in results), results

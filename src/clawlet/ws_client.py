@@ -32,7 +32,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -127,14 +127,27 @@ class PendingRequests:
         return True
 
 
+MAX_LINES_BYTES: Final = 1024 * 1024
+"""The most text one message of :attr:`Wire.lines` takes (a larger frame goes alone)."""
+
+
 class Wire:
-    """An open socket: send and receive decoded frames (all the handshake gets)."""
+    """An open socket: send and receive decoded frames (all the handshake gets).
+
+    With :attr:`lines` set (the peer reads several frames in one message, one per line), the
+    frames sent within one turn of the event loop go out together as one message: a busy
+    sender (many sessions' events at once) pays for one WebSocket message and one write instead
+    of one per frame. Each :meth:`send` still returns once its frame is handed to the socket, in
+    order, and raises what the socket raised."""
 
     def __init__(self, owner: ReconnectingSocket[Any], ws: ClientConnection) -> None:
         self.ws = ws
         self._owner = owner
         self.last_frame_at = asyncio.get_running_loop().time()
         """Loop time of the last frame received (bad ones too)."""
+        self.lines = False
+        self._outbox: list[tuple[str, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     async def send(self, frame: Any) -> None:
         """Send one frame; raises ``ConnectionClosed``. Tasks may send at the same time: websockets
@@ -143,7 +156,44 @@ class Wire:
         owner.observe("out", frame)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s <- %s", owner.noun, owner.encode(owner.redact(frame))[:500])
-        await self.ws.send(owner.encode(frame))
+        if not self.lines:
+            await self.ws.send(owner.encode(frame))
+            return
+        sent = asyncio.get_running_loop().create_future()
+        self._outbox.append((owner.encode(frame), sent))
+        if self._flusher is None:  # its first step runs after what this loop turn has ready
+            self._flusher = asyncio.create_task(self._flush(), name=f"{owner.noun}-send")
+        await sent
+
+    async def _flush(self) -> None:
+        """Send the outbox, a message of lines at a time, until it is empty."""
+        try:
+            while self._outbox:
+                size, count = 0, 0
+                for text, _ in self._outbox:
+                    if count and size + len(text) > MAX_LINES_BYTES:
+                        break
+                    size += len(text) + 1
+                    count += 1
+                batch, self._outbox = self._outbox[:count], self._outbox[count:]
+                try:
+                    await self.ws.send("\n".join(text for text, _ in batch))
+                except Exception as exc:  # ConnectionClosed: every sender of the batch gets it
+                    for _, sent in batch:
+                        if not sent.done():
+                            sent.set_exception(exc)
+                except BaseException:
+                    self._outbox[:0] = batch
+                    raise
+                else:
+                    for _, sent in batch:
+                        if not sent.done():
+                            sent.set_result(None)
+        finally:
+            self._flusher = None
+            for _, sent in self._outbox:  # cancelled (the loop is closing): nothing more goes out
+                sent.cancel()
+            self._outbox.clear()
 
     async def recv(self) -> Any:
         """The next good frame (bad ones are logged and skipped); raises ``ConnectionClosed``."""

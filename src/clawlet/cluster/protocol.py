@@ -201,6 +201,11 @@ plane refuses (for good, with a message saying so) a control plane that names an
 two sides must run the same clawlet version (a clawlet extension of the seed's protocol)."""
 EVENT_ENCODING: Final = "clawlet-events/1"
 """The current version of the ``sse_event`` data encoding (:data:`INIT_EVENT_ENCODING`)."""
+INIT_FRAMES_PER_LINE: Final = "frames_per_line"
+"""In ``init``'s data, ``true`` when the control plane reads several frames in one WebSocket text
+message, one per line (a frame's compact JSON holds no raw newline): the execution plane then sends
+the frames that pile up within one turn of its event loop as one message (:func:`split_lines`;
+a clawlet extension of the seed's protocol)."""
 ERR_PROTOCOL_MISMATCH: Final = "protocol_mismatch"
 """An execution plane's reason for refusing a control plane of another version."""
 """The execution plane sends ``heartbeat`` this often (seconds)."""
@@ -625,6 +630,11 @@ def redact_frame(frame: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- parsing frames (lenient about extras, strict about what is required) ------------------------
+
+
+def split_lines(raw: str) -> list[str]:
+    """The frames of one WebSocket message (:data:`INIT_FRAMES_PER_LINE`): one per line."""
+    return raw.split("\n") if "\n" in raw else [raw]
 
 
 def decode(raw: str | bytes) -> Frame:

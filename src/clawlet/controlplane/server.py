@@ -101,6 +101,7 @@ from clawlet.cluster.protocol import (
     FF_USAGE_REPORT,
     HTTP_REQUEST,
     INIT_EVENT_ENCODING,
+    INIT_FRAMES_PER_LINE,
     INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
     METHOD_GET_SKILL_PACKAGE,
@@ -129,6 +130,7 @@ from clawlet.cluster.protocol import (
     lost,
     response_frame,
     resume_response_frame,
+    split_lines,
     start_session_frame,
     still_pending,
     stop_session_frame,
@@ -1253,6 +1255,7 @@ class ControlPlane:
             "vm_id": vm_id,
             INIT_HEARTBEAT_ACK: True,
             INIT_EVENT_ENCODING: EVENT_ENCODING,
+            INIT_FRAMES_PER_LINE: True,
             **self.session_config(user.id, {}),
         }
         if user.org_id:
@@ -1341,38 +1344,45 @@ class ControlPlane:
             raw = await self._receive_text(link.ws)
             if raw is None:
                 return
-            try:
-                frame = decode(raw)
-            except FrameError as exc:
-                log.warning("bad frame from %s (user %s): %s", link.vm_id, link.user_id, exc)
-                with contextlib.suppress(_LinkClosed):
-                    await self._send(link, error_frame(ERR_BAD_FRAME, str(exc)))
-                continue
-            try:
-                if frame["type"] == "request":
-                    self._start_request(link, frame)
-                elif frame["type"] == "fire_and_forget":
-                    await self._store_record(link, frame)
-                elif frame["type"] == "sse_event":
-                    await self._on_sse_event(link, frame)
-                elif frame["type"] == "heartbeat":
-                    stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                    link.to_store.put_nowait(stored)
-                    self._spawn(self._on_heartbeat(link, stored, frame.get("id")))
-                elif frame["type"] == "resume":
-                    await self._resume(link, frame)
-                elif frame["type"] == "http_response" or frame["type"] == "http_body":
-                    await self.tunnel.from_exec_plane(link.user_id, frame)
-                elif frame["type"] == "auth":
-                    log.debug("ignoring a repeated auth frame from %s", link.vm_id)
-                else:
-                    kind = frame["type"]
-                    log.warning("an execution plane sent a %s frame, which only a control plane sends", kind)
-                    await self._send(link, error_frame(ERR_BAD_FRAME, f"unexpected {kind} frame"))
-            except _LinkClosed:
-                return
-            except Exception:
-                log.exception("failed to handle a %s frame from %s", frame["type"], link.vm_id)
+            for line in split_lines(raw):  # several frames in one message (INIT_FRAMES_PER_LINE)
+                if not await self._handle_frame(link, line):
+                    return
+
+    async def _handle_frame(self, link: _VmLink, raw: str) -> bool:
+        """Handle one frame of the link; ``False`` once the link is closed."""
+        try:
+            frame = decode(raw)
+        except FrameError as exc:
+            log.warning("bad frame from %s (user %s): %s", link.vm_id, link.user_id, exc)
+            with contextlib.suppress(_LinkClosed):
+                await self._send(link, error_frame(ERR_BAD_FRAME, str(exc)))
+            return True
+        try:
+            if frame["type"] == "request":
+                self._start_request(link, frame)
+            elif frame["type"] == "fire_and_forget":
+                await self._store_record(link, frame)
+            elif frame["type"] == "sse_event":
+                await self._on_sse_event(link, frame)
+            elif frame["type"] == "heartbeat":
+                stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                link.to_store.put_nowait(stored)
+                self._spawn(self._on_heartbeat(link, stored, frame.get("id")))
+            elif frame["type"] == "resume":
+                await self._resume(link, frame)
+            elif frame["type"] == "http_response" or frame["type"] == "http_body":
+                await self.tunnel.from_exec_plane(link.user_id, frame)
+            elif frame["type"] == "auth":
+                log.debug("ignoring a repeated auth frame from %s", link.vm_id)
+            else:
+                kind = frame["type"]
+                log.warning("an execution plane sent a %s frame, which only a control plane sends", kind)
+                await self._send(link, error_frame(ERR_BAD_FRAME, f"unexpected {kind} frame"))
+        except _LinkClosed:
+            return False
+        except Exception:
+            log.exception("failed to handle a %s frame from %s", frame["type"], link.vm_id)
+        return True
 
     # -- requests ------------------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ from clawlet.cluster.protocol import (
     FIRE_AND_FORGET,
     HEARTBEAT_INTERVAL,
     INIT_EVENT_ENCODING,
+    INIT_FRAMES_PER_LINE,
     INIT_HEARTBEAT_ACK,
     MAX_FRAME_BYTES,
     METHOD_GET_SKILL_PACKAGE,
@@ -670,6 +671,7 @@ class ControlPlaneClient(SocketClient):
     def _opened(self, conn: _Conn) -> None:
         """A new connection: resume what waits (on a reconnect), replay SSE events, pump the queue."""
         self._init_data = conn.state.init
+        conn.lines = self._init_data.get(INIT_FRAMES_PER_LINE) is True  # frames that pile up: one message
         if conn.number > 1:
             conn.spawn(self._resume(conn), "control-plane-resume")  # first: resume follows init
         conn.spawn(self._replay_sse(conn), "control-plane-sse-replay")
