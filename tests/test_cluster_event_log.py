@@ -167,6 +167,13 @@ def test_several_sessions_are_stored_in_one_transaction(log: EventLog) -> None:
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_a_session_twice_in_one_call_is_refused(log: EventLog) -> None:
+    with pytest.raises(ValueError, match="each session once"):
+        log.append_batches(ALICE, [("s1", [("A", 1, "x")]), ("s1", [("A", 2, "y")])])
+    assert log.count("s1") == 0
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 def test_writers_taking_sessions_in_opposite_orders_never_deadlock(log: EventLog) -> None:
     errors: list[BaseException] = []
     start = threading.Barrier(2)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from clawlet.controlplane.db import insert_ignoring_duplicates, metadata, now_ms, parse_ts, upsert_where
@@ -99,6 +100,32 @@ class Appended:
     """The highest ``seq`` stored before it for its ``(session, stream)`` (``None``: none)."""
 
 
+_counter = session_event_counters
+_LOCK_COUNTER: Final = (
+    sa.update(_counter)
+    .where(_counter.c.session_id == sa.bindparam("b_session"))
+    .values(last_n=_counter.c.last_n)
+    .returning(_counter.c.last_n)
+)
+"""Takes a session's counter row's lock (a write that changes nothing) and reads its ``last_n``."""
+_ADVANCE_COUNTER: Final = (
+    sa.update(_counter)
+    .where(_counter.c.session_id == sa.bindparam("b_session"))
+    .values(last_n=sa.bindparam("b_n"), updated_at=sa.bindparam("b_now"))
+)
+_HIGHEST_SEQ: Final = sa.select(sa.func.max(session_events.c.seq)).where(
+    session_events.c.session_id == sa.bindparam("b_session"),
+    session_events.c.stream == sa.bindparam("b_stream"),
+)
+_INSERT_EVENTS: Final = sa.insert(session_events)
+_CREATE_COUNTER: Final = {
+    "postgresql": postgresql.insert(_counter).on_conflict_do_nothing(index_elements=["session_id"]),
+    "sqlite": sqlite.insert(_counter).on_conflict_do_nothing(index_elements=["session_id"]),
+}
+"""``append_batches``' statements, built once (SQLAlchemy then reuses their compiled form and cache
+keys: building them per call cost more than running them)."""
+
+
 class InvalidTranscript(ValueError):
     """A ``transcript_sync`` record without a session id, title or message list."""
 
@@ -134,57 +161,60 @@ class EventLog:
     def append_batches(
         self, user_id: str, batches: Sequence[tuple[str, Sequence[NewEvent]]]
     ) -> list[list[Appended]]:
-        """Store several sessions' events in ONE transaction (per session one counter update, one
-        multi-row insert for all); returns, per batch, the events stored. An event whose
-        ``(stream, seq)`` is stored already, or whose ``seq`` is not above the highest stored (or
-        earlier in the batch) for its stream, is a replay and left out (a batch of replays alone
-        leaves its counter as it was). :class:`LogUnavailable` when the database cannot be written
-        now (then none of them is stored)."""
+        """Store several sessions' events in ONE transaction (statements built once, each session's
+        counter locked, then advanced with the others; one multi-row insert for all); returns, per
+        batch, the events stored. An event whose ``(stream, seq)`` is stored already, or whose
+        ``seq`` is not above the highest stored (or earlier in the batch) for its stream, is a
+        replay and left out (a batch of replays alone leaves its counter as it was). Each session
+        comes once. :class:`LogUnavailable` when the database cannot be written now (then none
+        is stored)."""
+        session_ids = sorted({session_id for session_id, _ in batches})
+        if len(session_ids) != len(batches):
+            raise ValueError("append_batches takes each session once")
         now = now_ms()
         stored: list[list[Appended]] = [[] for _ in batches]
         rows: list[dict[str, Any]] = []
+        advanced: list[dict[str, Any]] = []
         # the counter rows are locked in session order, so two writers never wait on each other
         order = sorted(range(len(batches)), key=lambda index: batches[index][0])
         try:
             with self._append_lock, self.engine.begin() as db:
+                self._create_counters(db, user_id, session_ids, now)
                 for index in order:
                     session_id, events = batches[index]
                     stored[index], session_rows = self._number(db, user_id, session_id, events, now)
-                    rows.extend(session_rows)
-                if rows:
-                    db.execute(sa.insert(session_events), rows)
+                    if session_rows:
+                        rows.extend(session_rows)
+                        advanced.append({"b_session": session_id, "b_n": session_rows[-1]["n"], "b_now": now})
+                if advanced:
+                    db.execute(_ADVANCE_COUNTER, advanced)
+                    db.execute(_INSERT_EVENTS, rows)
         except sa.exc.OperationalError as exc:
             raise LogUnavailable(str(exc.orig)) from exc
         return stored
 
+    def _create_counters(self, db: Connection, user_id: str, session_ids: list[str], now: int) -> None:
+        """The sessions' counter rows, where missing (one statement on PostgreSQL and SQLite)."""
+        values = [
+            {"session_id": sid, "user_id": user_id, "last_n": 0, "updated_at": now} for sid in session_ids
+        ]
+        statement = _CREATE_COUNTER.get(db.dialect.name)
+        if statement is None:  # another backend: one at a time, a key violation meaning "there"
+            for value in values:
+                insert_ignoring_duplicates(db, session_event_counters, value, ["session_id"])
+        else:
+            db.execute(statement, values)
+
     def _number(
         self, db: Connection, user_id: str, session_id: str, events: Sequence[NewEvent], now: int
     ) -> tuple[list[Appended], list[dict[str, Any]]]:
-        """Give a session's new events their ``n``s (advancing its counter) inside ``db``'s
-        transaction: the events stored and their rows, not inserted yet."""
-        counter = session_event_counters
-        insert_ignoring_duplicates(
-            db,
-            counter,
-            {"session_id": session_id, "user_id": user_id, "last_n": 0, "updated_at": now},
-            ["session_id"],
-        )
+        """Give a session's new events their ``n``s inside ``db``'s transaction: the events stored
+        and their rows (the caller advances the counter and inserts them)."""
         # a write before any read: it takes the counter row's lock (SQLite: the database's)
-        n = int(
-            db.execute(
-                sa.update(counter)
-                .where(counter.c.session_id == session_id)
-                .values(last_n=counter.c.last_n)
-                .returning(counter.c.last_n)
-            ).scalar_one()
-        )
+        n = int(db.execute(_LOCK_COUNTER, {"b_session": session_id}).scalar_one())
         highest: dict[str, int | None] = {}
         for key in {stream or "" for stream, seq, _ in events if seq is not None}:
-            top = db.execute(
-                sa.select(sa.func.max(session_events.c.seq)).where(
-                    session_events.c.session_id == session_id, session_events.c.stream == key
-                )
-            ).scalar()
+            top = db.execute(_HIGHEST_SEQ, {"b_session": session_id, "b_stream": key}).scalar()
             highest[key] = None if top is None else int(top)
         stored: list[Appended] = []
         rows: list[dict[str, Any]] = []
@@ -216,10 +246,6 @@ class EventLog:
                 "seq": seq,
             }
             stored.append(Appended(event, previous))
-        if rows:
-            db.execute(
-                sa.update(counter).where(counter.c.session_id == session_id).values(last_n=n, updated_at=now)
-            )
         return stored, rows
 
     def read(
