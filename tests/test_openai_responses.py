@@ -272,6 +272,8 @@ def test_model_reasoning_is_a_reasoning_item(live_server: Callable[..., LiveServ
             "input",
         ),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, 400, "input"),
+        ({"input": [{"type": ["message"], "role": "user", "content": "hi"}]}, 400, "input"),
+        ({"input": [{"role": "user", "content": [{"type": ["input_text"], "text": "hi"}]}]}, 400, "input"),
         ({"input": [{"role": "assistant", "content": "hi"}]}, 400, "input"),
         ({"input": []}, 400, "input"),
         ({"input": [{"role": ["user"], "content": "hi"}]}, 400, "input"),

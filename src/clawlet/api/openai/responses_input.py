@@ -47,7 +47,7 @@ def item_text(where: str, content: Any) -> str:
     texts: list[str] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+        if not isinstance(kind, str) or kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
             raise ValueError(f"{where}: parts of type {kind!r} are not supported; send input_text parts")
         texts.append(part["text"])
     return "".join(texts)
@@ -66,6 +66,8 @@ def read_input(
     read = RequestInput()
     for index, item in enumerate(value):
         kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise ValueError(f"input[{index}].type must be a string")
         if kind == "item_reference":
             found = find_item(str(item.get("id")))
             if found is None:
