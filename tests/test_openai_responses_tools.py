@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from openai.types.responses import Response
 from pydantic import BaseModel
 
+from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, free_port
 from tests.support.node_clients import run_node_client
 from tests.test_openai_client_tools import offered, stored_calls, tool_messages
 from tests.test_openai_responses import raw_stream, scripted_server, sdk, squeeze
@@ -300,3 +303,24 @@ def test_bad_function_call_output_is_a_clear_400(live_server: Callable[..., Live
         assert stray.status_code == 400 and "call_nope" in stray.json()["error"]["message"]
         bad = send([{"type": "function_call_output", "call_id": one, "output": {"x": 1}}])
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
+
+
+def test_function_tools_in_cluster_mode(tmp_path: Path) -> None:
+    """Through the control plane to the user's execution plane, with the offline demo model:
+    streamed with the real SDK, then continued by ``previous_response_id``."""
+    cluster = LocalCluster(tmp_path / "cluster", ["alice"], free_port())
+    try:
+        cluster.start()
+        client = openai.OpenAI(
+            base_url=f"{cluster.base_url}/v1", api_key=cluster.tokens["alice"], max_retries=0
+        )
+        ask = 'call: get_weather {"city": "Paris"}'
+        with client.responses.stream(model="clawlet", input=ask, tools=[WEATHER]) as stream:  # type: ignore[list-item]
+            first = stream.get_final_response()
+        [call] = [item for item in first.output if item.type == "function_call"]
+        assert first.status == "completed" and json.loads(call.arguments) == {"city": "Paris"}
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+        final = client.responses.create(model="clawlet", previous_response_id=first.id, input=[result])  # type: ignore[list-item]
+        assert final.status == "completed" and "sunny" in final.output_text
+    finally:
+        cluster.stop()
