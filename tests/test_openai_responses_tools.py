@@ -186,28 +186,27 @@ def test_the_ai_sdk_default_provider_runs_tools_and_output_object(
     live_server: Callable[..., LiveServer], server: LiveServer
 ) -> None:
     tools_script = """
-import { generateText, tool, jsonSchema, stepCountIs } from "ai";
+import { generateText, streamText, tool, jsonSchema, stepCountIs } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 const model = createOpenAI({ baseURL: process.env.BASE_URL, apiKey: "x" })("clawlet");
 const seen = [];
-const result = await generateText({
-  model,
-  prompt: "What is the weather in Paris?",
-  maxRetries: 0,
-  stopWhen: stepCountIs(3),
-  tools: {
-    get_weather: tool({
-      description: "The weather in a city.",
-      inputSchema: jsonSchema({
-        type: "object", properties: { city: { type: "string" } }, required: ["city"],
-      }),
-      execute: async ({ city }) => { seen.push(city); return `sunny in ${city}`; },
+const tools = {
+  get_weather: tool({
+    description: "The weather in a city.",
+    inputSchema: jsonSchema({
+      type: "object", properties: { city: { type: "string" } }, required: ["city"],
     }),
-  },
-});
+    execute: async ({ city }) => { seen.push(city); return `sunny in ${city}`; },
+  }),
+};
+const options = { model, prompt: "What is the weather?", maxRetries: 0, stopWhen: stepCountIs(3), tools };
+const result = await generateText(options);
+const stream = streamText(options);
+let streamed = "";
+for await (const part of stream.textStream) streamed += part;
 console.log(JSON.stringify({
   text: result.text, steps: result.steps.length, seen, finish: result.finishReason,
-  firstFinish: result.steps[0].finishReason,
+  firstFinish: result.steps[0].finishReason, streamed, streamSteps: (await stream.steps).length,
 }));
 """
     with ScriptedOpenAIServer() as llm:
@@ -215,6 +214,8 @@ console.log(JSON.stringify({
             [
                 tool_turn(ToolCall("get_weather", {"city": "Paris"}), text="Checking."),
                 text_turn("Sunny, says Node."),
+                tool_turn(ToolCall("get_weather", {"city": "Oslo"})),
+                text_turn("Streamed sun."),
             ]
         )
         scripted = scripted_server(live_server, llm)
@@ -222,11 +223,14 @@ console.log(JSON.stringify({
         assert result == {
             "text": "Sunny, says Node.",
             "steps": 2,
-            "seen": ["Paris"],
+            "seen": ["Paris", "Oslo"],
             "finish": "stop",
             "firstFinish": "tool-calls",
+            "streamed": "Streamed sun.",
+            "streamSteps": 2,
         }
         assert tool_messages(llm.requests[1])[0]["content"] == "sunny in Paris"
+        assert tool_messages(llm.requests[3])[-1]["content"] == "sunny in Oslo"
 
     output_script = """
 import { generateText, Output, jsonSchema } from "ai";

@@ -297,6 +297,14 @@ class StartedTurn:
     note: str
 
 
+def session_headers(session_id: str, workspace: str | None) -> dict[str, str]:
+    """The response headers naming a turn's session (and workspace)."""
+    headers = {"X-Session-ID": session_id}
+    if workspace:
+        headers["X-Clawlet-Workspace"] = workspace
+    return headers
+
+
 async def start_agent_turn(
     workspaces: Workspaces,
     options: AgentOptions,
@@ -357,9 +365,7 @@ async def start_agent_turn(
         )
     except SESSION_ERRORS as exc:
         return openai_api_error(session_error(exc, session_id))
-    headers = {"X-Session-ID": session_id}
-    if options.workspace:
-        headers["X-Clawlet-Workspace"] = options.workspace
+    headers = session_headers(session_id, options.workspace)
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
     if client_tools:
         events = remembering_calls(events, call_index(services.sessions), session_id)
@@ -410,9 +416,7 @@ async def continue_turn(
         return openai_error(str(exc), 400, param=param)
     except SESSION_ERRORS as exc:
         return openai_api_error(session_error(exc, session_id))
-    headers = {"X-Session-ID": session_id}
-    if options.workspace:
-        headers["X-Clawlet-Workspace"] = options.workspace
+    headers = session_headers(session_id, options.workspace)
     events = remembering_calls(run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True), index, session_id)
     return StartedTurn(run=run, events=events, session_id=session_id, headers=headers, note="")
 
