@@ -1,7 +1,8 @@
 """``ResponseFormat``: the shape a client asked the turn's final answer to have (OpenAI's
 ``response_format``: ``json_object``, or ``json_schema`` with a JSON Schema).
 
-:func:`parse_response_format` reads the request field (``text`` means none); :meth:`ResponseFormat.check`
+:func:`parse_response_format` reads the request field (``text`` means none; :func:`parse_text_format`
+the Responses API's ``text.format``); :meth:`ResponseFormat.check`
 validates an answer (a JSON parse, then the schema with ``jsonschema``); :meth:`ResponseFormat.for_provider`
 gives the model-call arguments that ask the provider for it natively: OpenAI-compatible providers
 get OpenAI's ``response_format`` (sent as ``extra_body``, so LangChain streams it like any other
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -130,10 +131,24 @@ class ResponseFormat:
 def parse_response_format(raw: Any) -> ResponseFormat | None:
     """The request's ``response_format`` (``None`` for none or ``text``); raise
     :class:`ResponseFormatError` saying what is wrong."""
+    return _parse_format(raw, "response_format", lambda raw: raw.get("json_schema"), ".json_schema")
+
+
+def parse_text_format(raw: Any) -> ResponseFormat | None:
+    """The Responses API's ``text.format`` (``{"type": "json_schema", "name", "schema", "strict"}``
+    at its top level, where ``response_format`` nests them under ``json_schema``), the same way."""
+    return _parse_format(raw, "text.format", lambda raw: raw, "")
+
+
+def _parse_format(
+    raw: Any, field: str, spec_of: Callable[[Mapping[str, Any]], Any], nested: str
+) -> ResponseFormat | None:
+    """A format in either shape: ``spec_of`` finds the json_schema spec (``name``, ``schema``,
+    ``strict``) in ``raw``, which errors call ``field`` + ``nested``."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise ResponseFormatError("response_format must be an object with a 'type'")
+        raise ResponseFormatError(f"{field} must be an object with a 'type'")
     kind = raw.get("type")
     if kind == "text":
         return None
@@ -141,27 +156,26 @@ def parse_response_format(raw: Any) -> ResponseFormat | None:
         return ResponseFormat("json_object")
     if kind != "json_schema":
         raise ResponseFormatError(
-            f"response_format type {kind!r} is not supported: use 'text', 'json_object' or 'json_schema'"
+            f"{field} type {kind!r} is not supported: use 'text', 'json_object' or 'json_schema'"
         )
-    spec = raw.get("json_schema")
+    where = field + nested
+    spec = spec_of(raw)
     if not isinstance(spec, Mapping):
-        raise ResponseFormatError("response_format.json_schema must be an object with 'name' and 'schema'")
+        raise ResponseFormatError(f"{where} must be an object with 'name' and 'schema'")
     name = spec.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ResponseFormatError("response_format.json_schema.name must be 1-64 letters, digits, '_' or '-'")
+        raise ResponseFormatError(f"{where}.name must be 1-64 letters, digits, '_' or '-'")
     schema = spec.get("schema", {})
     if not isinstance(schema, Mapping):
-        raise ResponseFormatError("response_format.json_schema.schema must be a JSON Schema object")
+        raise ResponseFormatError(f"{where}.schema must be a JSON Schema object")
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        raise ResponseFormatError(
-            f"response_format.json_schema.schema is not a valid JSON Schema: {exc.message}"
-        ) from exc
+        raise ResponseFormatError(f"{where}.schema is not a valid JSON Schema: {exc.message}") from exc
     try:
         schema_error(schema, example_for_schema(schema, ""))
     except SchemaUnusable as exc:
-        raise ResponseFormatError(f"response_format.json_schema.schema cannot be used: {exc}") from exc
+        raise ResponseFormatError(f"{where}.schema cannot be used: {exc}") from exc
     strict = spec.get("strict")
     return ResponseFormat(
         "json_schema",

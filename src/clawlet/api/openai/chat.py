@@ -297,6 +297,14 @@ class StartedTurn:
     note: str
 
 
+def session_headers(session_id: str, workspace: str | None) -> dict[str, str]:
+    """The response headers naming a turn's session (and workspace)."""
+    headers = {"X-Session-ID": session_id}
+    if workspace:
+        headers["X-Clawlet-Workspace"] = workspace
+    return headers
+
+
 async def start_agent_turn(
     workspaces: Workspaces,
     options: AgentOptions,
@@ -357,9 +365,7 @@ async def start_agent_turn(
         )
     except SESSION_ERRORS as exc:
         return openai_api_error(session_error(exc, session_id))
-    headers = {"X-Session-ID": session_id}
-    if options.workspace:
-        headers["X-Clawlet-Workspace"] = options.workspace
+    headers = session_headers(session_id, options.workspace)
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
     if client_tools:
         events = remembering_calls(events, call_index(services.sessions), session_id)
@@ -375,6 +381,20 @@ async def answer_tool_results(
 ) -> Response:
     """The client's results for the tool calls a run paused on (see
     :mod:`clawlet.api.openai.client_tools`): that run continues, and its continuation is the answer."""
+    resumed = await continue_turn(workspaces, options, results, "messages")
+    if isinstance(resumed, JSONResponse):
+        return resumed
+    prompt = "\n".join(results.values())
+    return await respond(body, resumed.events, prompt, resumed.headers, resumed.session_id, options.thinking)
+
+
+async def continue_turn(
+    workspaces: Workspaces, options: AgentOptions, results: dict[str, str], param: str
+) -> StartedTurn | JSONResponse:
+    """Continue the run paused on the client tool calls ``results`` answer (by call id), in the
+    session ``options`` name, else the one that issued the calls; or the OpenAI-shaped error
+    (``param``: the request field holding the results). Chat completions and the Responses API
+    share it."""
     try:
         services = workspaces.get(options.workspace)
     except InvalidWorkspace as exc:
@@ -383,25 +403,22 @@ async def answer_tool_results(
     session_id = options.session_id or index.session_of(next(iter(results)))
     if not session_id:
         return openai_error(
-            f"unknown tool_call_id(s) {', '.join(results)}: no paused run issued them "
+            f"unknown tool call id(s) {', '.join(results)}: no paused run issued them "
             "(send the session's X-Session-ID header, or start with a user message)",
             400,
-            param="messages",
+            param=param,
         )
     try:
         validate_session_id(session_id)
         answered = match_results(services.sessions.waiting_for(session_id), results)
         run = await continue_with_results(services.sessions, session_id, answered)
     except ToolsError as exc:
-        return openai_error(str(exc), 400, param=exc.param)
+        return openai_error(str(exc), 400, param=param)
     except SESSION_ERRORS as exc:
         return openai_api_error(session_error(exc, session_id))
-    headers = {"X-Session-ID": session_id}
-    if options.workspace:
-        headers["X-Clawlet-Workspace"] = options.workspace
-    prompt = "\n".join(results.values())
+    headers = session_headers(session_id, options.workspace)
     events = remembering_calls(run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True), index, session_id)
-    return await respond(body, events, prompt, headers, session_id, options.thinking)
+    return StartedTurn(run=run, events=events, session_id=session_id, headers=headers, note="")
 
 
 async def respond(

@@ -213,13 +213,13 @@ def match_results(
     unknown = [call_id for call_id in results if call_id not in calls]
     if unknown:
         raise ToolsError(
-            f"unknown tool_call_id(s) {', '.join(unknown)}: the session waits for no such client tool call",
+            f"unknown tool call id(s) {', '.join(unknown)}: the session waits for no such client tool call",
             "messages",
         )
     missing = [call_id for call_id in calls if call_id not in results]
     if missing:
         raise ToolsError(
-            f"missing results for tool call(s) {', '.join(missing)}: send a role 'tool' message for each",
+            f"missing results for tool call(s) {', '.join(missing)}: send the result of each",
             "messages",
         )
     return [(item, results[call_id]) for call_id, item in calls.items()]

@@ -10,20 +10,23 @@ call of the turn. Every response belongs to a clawlet session (the ``X-Session-I
 With ``store`` (the default) the response is kept (:mod:`clawlet.api.openai.responses_store`)
 for ``GET /v1/responses/{id}`` and ``previous_response_id``; ``store: false`` keeps nothing.
 
-Not served yet, each refused with a 400 naming its field: function ``tools`` (they need the
-client tools of chat completions; to wire them, turn ``body.tools`` into the engine's client tools
-in :func:`create_response` where :func:`unsupported` refuses them, and emit ``function_call``
-items in :class:`~clawlet.api.openai.responses_stream.ResponseStream`; ``function_call_output``
-input items then resume the run), ``text.format`` other than ``text`` (structured output),
-``background``, ``conversation``, and input items other than messages (or ``item_reference`` to
-a stored output item, as the AI SDK sends for earlier answers) or parts other than text.
+Function ``tools`` are the client's tools of chat completions (:mod:`clawlet.api.openai.client_tools`;
+the Responses shapes are read in :mod:`clawlet.api.openai.responses_input`): a run that calls one
+pauses, and its response (``completed``) holds a ``function_call`` item per call. The next request's
+trailing ``function_call_output`` items continue that run, in the session ``previous_response_id``
+names, else the one that issued the calls (the AI SDK resends the conversation instead). ``text.format``
+``json_object``/``json_schema`` shapes the final answer as chat completions' ``response_format`` does.
+
+Not served, each refused with a 400 naming its field: built-in tools (``web_search``...),
+``background``, ``conversation``, and input items other than messages, function calls and their
+outputs (or ``item_reference`` to a stored output item), or parts other than text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -33,36 +36,30 @@ from pydantic import BaseModel, ConfigDict, Field
 from clawlet.api.deps import WorkspacesDep
 from clawlet.api.openai.chat import (
     AGENT_MODEL_ID,
-    ChatMessage,
+    continue_turn,
     model_not_found,
     resolve_options,
     split_turn,
     start_agent_turn,
 )
+from clawlet.api.openai.client_tools import ToolsError
 from clawlet.api.openai.errors import openai_error
+from clawlet.api.openai.responses_input import chat_tool_choice, chat_tools, read_input
 from clawlet.api.openai.responses_store import ResponseStore, StoredResponse
 from clawlet.api.openai.responses_stream import ResponseStream, new_response_id
 from clawlet.api.options import OptionError
 from clawlet.events import Event
+from clawlet.llm.response_format import ResponseFormatError, parse_text_format
 from clawlet.llm.sampling import Sampling
 from clawlet.services import Workspaces
 
 router = APIRouter()
 
-INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
-TEXT_PARTS = frozenset({"input_text", "output_text"})
-
-
-class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-
 
 class TextOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    format: TextFormat | None = None
+    format: dict[str, Any] | None = None
 
 
 class ResponsesRequest(BaseModel):
@@ -78,6 +75,8 @@ class ResponsesRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     text: TextOptions | None = None
     metadata: dict[str, str] | None = None
     background: bool | None = None
@@ -101,27 +100,19 @@ class ResponsesRequest(BaseModel):
             "user": self.user,
             "background": False,
             "reasoning": {"effort": None, "summary": None},
+            "tools": self.tools or [],
+            "tool_choice": self.tool_choice or "auto",
+            "parallel_tool_calls": self.parallel_tool_calls is not False,
+            "text": {"format": self.text_format or {"type": "text"}},
         }
+
+    @property
+    def text_format(self) -> dict[str, Any] | None:
+        return self.text.format if self.text is not None else None
 
 
 def unsupported(body: ResponsesRequest) -> JSONResponse | None:
     """The 400 for what this endpoint does not serve yet (see the module docstring), else None."""
-    if body.tools:
-        kinds = sorted({str(tool.get("type")) for tool in body.tools})
-        return openai_error(
-            f"tools ({', '.join(kinds)}) are not supported on /v1/responses yet: clawlet's agent "
-            "runs its own tools; send the request without tools",
-            400,
-            code="unsupported_parameter",
-            param="tools",
-        )
-    if body.text is not None and body.text.format is not None and body.text.format.type != "text":
-        return openai_error(
-            f"text.format {body.text.format.type!r} is not supported yet: only 'text'",
-            400,
-            code="unsupported_value",
-            param="text.format",
-        )
     if body.background:
         return openai_error(
             "background responses are not supported: stream instead",
@@ -139,54 +130,6 @@ def unsupported(body: ResponsesRequest) -> JSONResponse | None:
     return None
 
 
-def item_text(index: int, content: Any) -> str:
-    """The text of input item ``index``'s ``content``; ValueError says what is wrong with it."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ValueError(f"input[{index}].content must be a string or a list of input_text parts")
-    texts: list[str] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise ValueError(
-                f"input[{index}].content: parts of type {kind!r} are not supported; send input_text parts"
-            )
-        texts.append(part["text"])
-    return "".join(texts)
-
-
-def input_messages(
-    value: str | list[dict[str, Any]], find_item: Callable[[str], dict[str, Any] | None]
-) -> list[ChatMessage]:
-    """``input`` as chat messages, an ``item_reference`` replaced by the stored item it names
-    (``find_item``; a reasoning item adds nothing); ValueError says which item clawlet cannot read."""
-    if isinstance(value, str):
-        return [ChatMessage(role="user", content=value)]
-    if not value:
-        raise ValueError("input must not be empty")
-    messages: list[ChatMessage] = []
-    for index, item in enumerate(value):
-        kind = item.get("type", "message")
-        if kind == "item_reference":
-            found = find_item(str(item.get("id")))
-            if found is None:
-                raise ValueError(f"input[{index}]: item with id {item.get('id')!r} not found")
-            if found["type"] != "message":
-                continue
-            item = found
-        elif kind != "message":
-            raise ValueError(
-                f"input[{index}] has type {kind!r}: only message items (and item references) are "
-                "supported; continue a conversation with previous_response_id"
-            )
-        role = item.get("role")
-        if not isinstance(role, str) or role not in INPUT_ROLES:
-            raise ValueError(f"input[{index}].role must be one of {', '.join(sorted(INPUT_ROLES))}")
-        messages.append(ChatMessage(role=role, content=item_text(index, item.get("content"))))
-    return messages
-
-
 def response_store(workspaces: Workspaces) -> ResponseStore:
     """The stored responses, in the main home whatever workspace a response ran in."""
     return ResponseStore(workspaces.default.settings.paths.root)
@@ -199,9 +142,16 @@ async def create_response(body: ResponsesRequest, request: Request, workspaces: 
     refusal = unsupported(body)
     if refusal is not None:
         return refusal
+    try:
+        response_format = parse_text_format(body.text_format)
+        tools, tool_choice = chat_tools(body.tools), chat_tool_choice(body.tool_choice)
+    except ResponseFormatError as exc:
+        return openai_error(str(exc), 400, code="invalid_response_format", param="text.format")
+    except ToolsError as exc:
+        return openai_error(str(exc), 400, param=exc.param)
     store = response_store(workspaces)
     try:
-        messages = await asyncio.to_thread(input_messages, body.input, store.item)
+        read = await asyncio.to_thread(read_input, body.input, store.item)
     except ValueError as exc:
         return openai_error(str(exc), 400, code="invalid_value", param="input")
     previous: StoredResponse | None = None
@@ -216,17 +166,32 @@ async def create_response(body: ResponsesRequest, request: Request, workspaces: 
             )
     try:
         options, messages, system_prompt = resolve_options(
-            request, messages, body.model_extra, body.session_id
+            request, read.messages, body.model_extra, body.session_id
         )
     except OptionError as exc:
         return openai_error(str(exc), 400, code="invalid_option", param=exc.param)
     if previous is not None:  # the earlier response's session and workspace
         options.session_id, options.workspace = previous["session_id"], previous["workspace"]
-    turn = split_turn(messages)
-    if isinstance(turn, str):
-        return openai_error(turn.replace("message", "input item", 1), 400, param="input")
-    instructions = "\n\n".join(text for text in (body.instructions, system_prompt) if text)
-    started = await start_agent_turn(workspaces, options, turn, instructions, body.sampling())
+    if read.results:  # function call results: the run paused on those calls continues
+        started = await continue_turn(workspaces, options, read.results, "input")
+        prompt = "\n".join(read.results.values())
+    else:
+        turn = split_turn(messages) if messages else "the input holds no user message"
+        if isinstance(turn, str):
+            return openai_error(turn.replace("message", "input item", 1), 400, param="input")
+        instructions = "\n\n".join(text for text in (body.instructions, system_prompt) if text)
+        started = await start_agent_turn(
+            workspaces,
+            options,
+            turn,
+            instructions,
+            body.sampling(),
+            tools=tools,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            user=body.user,
+        )
+        prompt = "\n".join(str(m.content) for m in messages)
     if isinstance(started, JSONResponse):
         return started
     response_id, created_at = new_response_id(), int(time.time())
@@ -236,14 +201,17 @@ async def create_response(body: ResponsesRequest, request: Request, workspaces: 
             response_id=response_id,
             created_at=created_at,
             model=body.model,
-            prompt="\n".join(str(m.content) for m in messages),
+            prompt=prompt,
             session_id=started.session_id,
             echo=body.echo(),
         )
 
     stream = new_stream()
     if body.store:
-        recorded = await record_response(store, new_stream(), started.run.events(), options.workspace)
+        # not streamed, the recorder is the answer's only watcher: it reads the turn's own events
+        # (which remember the client calls the run pauses on); streamed, it watches on its own
+        watched = started.run.events() if body.stream else started.events
+        recorded = await record_response(store, new_stream(), watched, options.workspace)
         if not body.stream:
             return answer(await asyncio.shield(recorded), started.headers)
         stream.on_final = lambda _: asyncio.shield(recorded)

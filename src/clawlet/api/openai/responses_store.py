@@ -21,7 +21,7 @@ from clawlet.paths import read_text_inside
 from clawlet.storage import atomic_write_json, file_lock
 
 RESPONSE_ID = re.compile(r"^resp_[0-9a-f]{32}$")
-ITEM_ID = re.compile(r"^(?:msg|rs)_(?P<response>[0-9a-f]{32})_\d{1,6}$")
+ITEM_ID = re.compile(r"^(?:msg|rs|fc)_(?P<response>[0-9a-f]{32})_\d{1,6}$")
 """An output item's id names its response (:func:`clawlet.api.openai.responses_stream.item_id`)."""
 
 
@@ -75,7 +75,7 @@ class ResponseStore:
         return True
 
     def item(self, item_id: str) -> dict[str, Any] | None:
-        """The stored output item ``item_id`` (a message or reasoning item), or None."""
+        """The stored output item ``item_id`` (a message, reasoning or function call item), or None."""
         match = ITEM_ID.match(item_id)
         record = self.load(f"resp_{match['response']}") if match else None
         if record is None:

@@ -15,8 +15,11 @@ them (:class:`~clawlet.events.RunText`); reasoning between segments closes it an
 opens the next ``message`` item. Tools run inside the agent: their activity is never an output item
 (a client would run them again), only ``: keep-alive`` comments while they run.
 
-Function tools (``function_call`` items) are not served yet; they would be one more item kind here
-(:meth:`ResponseStream.on_tool_start` for a client tool's call) once the engine offers client tools.
+A run that paused on calls to the client's function tools (:mod:`clawlet.api.openai.client_tools`)
+adds a ``function_call`` item per call (``call_id`` is the call's id, which its
+``function_call_output`` names): ``response.output_item.added``, its arguments in one
+``response.function_call_arguments.delta``, ``response.function_call_arguments.done``,
+``response.output_item.done``; the response is ``completed``, as OpenAI's is.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 from clawlet.api.event_stream import KEEPALIVE, SseEventStream, sse_frame
+from clawlet.api.openai.client_tools import ClientCall, is_client_call
 from clawlet.api.openai.stream import usage_body
 from clawlet.events import (
     ApprovalRequested,
@@ -55,7 +59,7 @@ def new_response_id() -> str:
     return f"resp_{uuid.uuid4().hex}"
 
 
-def item_id(prefix: Literal["msg", "rs"], response_id: str, index: int) -> str:
+def item_id(prefix: Literal["msg", "rs", "fc"], response_id: str, index: int) -> str:
     """The id of output item ``index`` of ``response_id``: it names its response, so an
     ``item_reference`` to it finds it (:meth:`~clawlet.api.openai.responses_store.ResponseStore.item`)."""
     return f"{prefix}_{response_id.removeprefix('resp_')}_{index}"
@@ -290,7 +294,27 @@ class ResponseStream(SseEventStream):
         return ()
 
     def on_approval(self, event: ApprovalRequested) -> Iterable[str]:
-        return ()
+        """A client tool call: a ``function_call`` item (see the module docstring)."""
+        if not is_client_call(event):
+            return ()
+        frames = self._finish_item("completed")
+        call, index = ClientCall.of(event), len(self.output)
+        item: dict[str, Any] = {
+            "id": item_id("fc", self.response_id, index),
+            "type": "function_call",
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        where = {"item_id": item["id"], "output_index": index}
+        frames.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+        frames.append(self._event("response.function_call_arguments.delta", **where, delta=call.arguments))
+        frames.append(self._event("response.function_call_arguments.done", **where, arguments=call.arguments))
+        item.update(arguments=call.arguments, status="completed")
+        frames.append(self._event("response.output_item.done", output_index=index, item=item))
+        self.output.append(item)
+        return frames
 
     def on_question(self, event: QuestionAsked) -> Iterable[str]:
         return ()
