@@ -246,6 +246,7 @@ async def test_handshake_sends_init_with_that_users_keys(
         "vm_id": alice.vm_id,
         "heartbeat_ack": True,
         "event_encoding": EVENT_ENCODING,
+        "frames_per_line": True,
         # the defaults of the sessions the execution plane starts itself (through its API)
         "runtime_type": "semigraph",
         "mcp_servers": [],
