@@ -108,7 +108,12 @@ def test_openai_node_snippet(server: LiveServer) -> None:
 
 def test_ai_sdk_snippet(server: LiveServer) -> None:
     out = run_node_script(snippet("ai-sdk").for_server(server), timeout=300).splitlines()
-    assert "[demo]" in out[0] and "hello" in out[0], out  # the Responses API, streamed
+    assert "[demo]" in out[0] and "hello" in out[0], out  # the Responses API
+    assert "[demo]" in out[1] and "and again" in out[1], out  # streamed, continuing it
+    sessions = [transcript(server.settings, p.stem) for p in server.settings.paths.sessions.glob("*.json")]
+    assert [("user", "hello"), ("user", "and again")] in [
+        [(role, text) for role, text in messages if role == "user"] for messages in sessions
+    ]  # previousResponseId kept the Responses turns in one clawlet session
     assert any("`get_weather` returned" in line for line in out), out
     assert "Sunny in Paris" in "\n".join(out), out  # the tool ran in Node and its result came back
 
