@@ -32,12 +32,10 @@ def require_node_clients() -> None:
         pytest.skip(message)
 
 
-def run_node_client(script: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
-    """Run an ES-module ``script`` in tests/clients and return the JSON it prints on its last line.
-
-    The script imports the libraries by their bare names (``import OpenAI from "openai"``) and
-    must ``console.log(JSON.stringify(result))`` last; a non-zero exit fails the test with stderr.
-    """
+def run_node_script(script: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """Run an ES-module ``script`` in tests/clients (it imports the libraries by their bare names,
+    ``import OpenAI from "openai"``) and return what it printed; a non-zero exit fails the test
+    with stderr."""
     require_node_clients()
     completed = subprocess.run(
         ["node", "--input-type=module", "-e", script],
@@ -50,7 +48,13 @@ def run_node_client(script: str, *, env: dict[str, str] | None = None, timeout: 
     )
     if completed.returncode != 0:
         pytest.fail(f"node client exited {completed.returncode}:\n{completed.stderr}\n{completed.stdout}")
-    lines = [line for line in completed.stdout.splitlines() if line.strip()]
+    return completed.stdout
+
+
+def run_node_client(script: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
+    """Run ``script`` (:func:`run_node_script`) and return the JSON it prints on its last line: it
+    must ``console.log(JSON.stringify(result))`` last."""
+    lines = [line for line in run_node_script(script, env=env, timeout=timeout).splitlines() if line.strip()]
     if not lines:
-        pytest.fail(f"node client printed nothing:\n{completed.stderr}")
+        pytest.fail("node client printed nothing")
     return json.loads(lines[-1])
