@@ -30,6 +30,7 @@ from clawlet.cli import main as cli_main
 from clawlet.config import Settings
 from clawlet.controlplane.seed_events import seed_event, to_seed_event
 from clawlet.events import (
+    EVENT_TYPES,
     ApprovalRequested,
     Event,
     NewSegment,
@@ -259,7 +260,17 @@ def test_every_event_survives_its_json_encoding() -> None:
         question,
         Title("s", "A title"),
     ]
+    assert {type(event) for event in samples} == set(EVENT_TYPES.values())  # every kind
     for event in samples:
+        assert event_from_json(json.loads(json.dumps(event_to_json(event)))) == event
+        encoded = event_to_json(event)  # what dataclasses.asdict gives, its lists and dicts copies
+        reference = {"kind": type(event).__name__, **dataclasses.asdict(event)}
+        if isinstance(event, RunWaiting):
+            reference["pending"] = [event_to_json(item) for item in event.pending]
+        assert encoded == reference
+        for value in encoded.values():
+            if isinstance(value, dict | list):
+                value.clear()
         assert event_from_json(json.loads(json.dumps(event_to_json(event)))) == event
     assert event_to_json(question) == {
         "kind": "QuestionAsked",

@@ -10,6 +10,7 @@ one JSON encoding: :func:`event_to_json` / :func:`event_from_json`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -247,10 +248,20 @@ def merge_text_deltas(events: list[Event]) -> list[Event]:
     return merged
 
 
+_FIELD_NAMES: Final[Mapping[type[Any], tuple[str, ...]]] = {
+    cls: tuple(item.name for item in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()
+}
+"""Each event type's field names, looked up once (every relayed event is encoded and decoded)."""
+
+
 def event_to_json(event: Event) -> dict[str, Any]:
     """``{kind: <class name>, …fields}``: ``event`` as JSON-safe data, losslessly (a
-    :class:`RunWaiting`'s ``pending`` items are encoded the same way)."""
-    data: dict[str, Any] = {"kind": type(event).__name__, **dataclasses.asdict(event)}
+    :class:`RunWaiting`'s ``pending`` items are encoded the same way; lists and dicts are copies)."""
+    cls = type(event)
+    data: dict[str, Any] = {"kind": cls.__name__}
+    for name in _FIELD_NAMES.get(cls) or [item.name for item in dataclasses.fields(event)]:
+        value = getattr(event, name)
+        data[name] = copy.deepcopy(value) if isinstance(value, dict | list) else value
     if isinstance(event, RunWaiting):
         data["pending"] = [event_to_json(item) for item in event.pending]
     return data
@@ -263,7 +274,7 @@ def event_from_json(data: Mapping[str, Any]) -> Event:
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
-    names = {item.name for item in dataclasses.fields(cls)}
+    names = _FIELD_NAMES[cls]
     values = {key: value for key, value in data.items() if key in names}
     if cls is RunWaiting:
         pending = values.get("pending")
