@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -226,3 +227,30 @@ async def test_chat_history_pages_back_by_offset(scripted: LiveServer, schema: P
         assert refused["ok"] is False and "offset" in refused["error"]["message"]
         wrong = await client.request("chat.history", {"sessionKey": key, "sessionId": "other"})
         assert wrong["ok"] is False and wrong["error"]["code"] == "INVALID_REQUEST"
+
+
+async def test_compact_summarises_the_first_half(
+    scripted: LiveServer, schema: ProtocolSchema, llm: ScriptedOpenAIServer
+) -> None:
+    key = "agent:main:chatty"
+    async with gateway(scripted, schema, scopes=(READ, WRITE, ADMIN)) as client:
+        await client.ok("sessions.subscribe", {})
+        missing = await client.ok("sessions.compact", {"key": "agent:main:none"})
+        assert missing == {
+            "ok": True,
+            "key": "agent:main:none",
+            "compacted": False,
+            "reason": "no transcript",
+        }
+        await chat(client, key, "one", "c1")
+        short = await client.ok("sessions.compact", {"key": key})
+        assert short["compacted"] is False and "at least 4 messages" in short["reason"]
+        await chat(client, key, "two", "c2")
+        done = await client.ok("sessions.compact", {"key": key})
+        assert done["compacted"] is True and done["archivedCount"] == 4 and done["remainingCount"] == 0
+        assert (await changed(client, "compact"))["sessionKey"] == key
+        assert "summar" in json.dumps(llm.requests[-1]["messages"]).lower()  # the model was asked
+        await chat(client, key, "three", "c3")
+        assert said(llm) == ["three"]  # the first half is archived: only its summary goes along
+        refused = await client.request("sessions.compact", {"key": key, "maxLines": 10})
+        assert refused["ok"] is False and "maxLines" in refused["error"]["message"]

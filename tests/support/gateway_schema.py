@@ -41,6 +41,7 @@ REQUEST_PARAMS = {
     "sessions.patch": "SessionsPatchParams",
     "sessions.reset": "SessionsResetParams",
     "sessions.delete": "SessionsDeleteParams",
+    "sessions.compact": "SessionsCompactParams",
 }
 RESPONSE_PAYLOADS = {
     "connect": "HelloOk",

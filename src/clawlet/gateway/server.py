@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 from clawlet import __version__
 from clawlet.config import Settings
+from clawlet.engine import compression
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.event_stream import EventStream
@@ -130,6 +131,7 @@ from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
+    CompressionConflict,
     InvalidSessionId,
     SessionCorrupt,
     SessionNotFound,
@@ -168,6 +170,7 @@ METHOD_SCOPES: dict[str, str] = {
     "sessions.patch": SCOPE_WRITE,
     "sessions.reset": SCOPE_ADMIN,
     "sessions.delete": SCOPE_ADMIN,
+    "sessions.compact": SCOPE_ADMIN,
     "commands.list": SCOPE_READ,
     "question.list": SCOPE_QUESTIONS,
     "plugin.approval.list": SCOPE_APPROVALS,
@@ -705,6 +708,7 @@ class GatewayServer:
             "sessions.patch": self._sessions_patch,
             "sessions.reset": self._sessions_reset,
             "sessions.delete": self._sessions_delete,
+            "sessions.compact": self._sessions_compact,
             "commands.list": self._commands_list,
             "question.list": self._question_list,
             "plugin.approval.list": self._plugin_approval_list,
@@ -1513,6 +1517,36 @@ class GatewayServer:
         self._expect_session(target, params)
         deleted = await self._drop_session(target)
         return {**self._mutated(target, None, "delete"), "deleted": deleted, "archived": []}
+
+    async def _sessions_compact(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.compact {key}``: the workbench's compression (the first half summarised by
+        the model and archived) → ``{ok, key, compacted, reason?}``; clawlet has no line trim
+        (``maxLines`` is refused)."""
+        if params.get("maxLines") is not None:
+            raise _invalid("sessions.compact: clawlet summarises the first half; maxLines is not supported")
+        target = await self._scoped(params)
+        services = target.services
+        try:
+            done = await compression.compress_session(
+                services.settings, services.transcripts, services.sessions, target.session_id
+            )
+        except SessionNotFound:
+            return {"ok": True, "key": target.key, "compacted": False, "reason": "no transcript"}
+        except compression.NotEnoughMessages as exc:
+            return {"ok": True, "key": target.key, "compacted": False, "reason": str(exc)}
+        except (SessionBusy, CompressionConflict) as exc:
+            raise GatewayError(
+                UNAVAILABLE, f"session {target.key} is answering or changed; compact it later", retryable=True
+            ) from exc
+        except compression.SummaryFailed as exc:
+            raise GatewayError(UNAVAILABLE, str(exc)) from exc
+        except SessionCorrupt as exc:
+            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+        return self._mutated(target, None, "compact") | {
+            "compacted": True,
+            "archivedCount": done.archived_count,
+            "remainingCount": done.remaining_count,
+        }
 
     async def _commands_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         """``commands.list``: clawlet offers no slash commands to gateway clients."""
