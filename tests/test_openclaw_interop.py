@@ -19,7 +19,9 @@ every reply is deterministic and nothing leaves 127.0.0.1. It checks:
    when OpenClaw restarts;
 3. real OpenClaw clients against clawlet's own gateway server at ``/gateway``: ``openclaw gateway
    call`` / ``openclaw health``, ``openclaw agent --message`` (prints clawlet's answer), ``openclaw
-   tui`` driven in a pseudo-terminal (a typed message is answered on screen), and ``openclaw logs``,
+   tui`` driven in a pseudo-terminal (a typed message is answered on screen; ``/new`` starts a
+   session that is chatted in, ``/reset`` empties it, ``/model`` and ``/think`` patch it), and
+   ``openclaw logs``,
    ``gateway usage-cost``, ``gateway stability``, ``gateway probe`` and ``status``; a recording proxy
    checks every frame clawlet sends them against the schema.
 
