@@ -18,7 +18,16 @@ from clawlet.config import Settings
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import LiveServer
 from tests.support.gateway_schema import ProtocolSchema
-from tests.test_gateway_server import READ, WRITE, Client, gateway
+from tests.test_gateway_server import (
+    APPROVALS,
+    LONG_MESSAGE,
+    READ,
+    WRITE,
+    Client,
+    gateway,
+    named,
+    set_policies,
+)
 
 ADMIN = "operator.admin"
 
@@ -254,3 +263,33 @@ async def test_compact_summarises_the_first_half(
         assert said(llm) == ["three"]  # the first half is archived: only its summary goes along
         refused = await client.request("sessions.compact", {"key": key, "maxLines": 10})
         assert refused["ok"] is False and "maxLines" in refused["error"]["message"]
+
+
+async def test_reset_stops_a_running_turn_and_a_paused_one(
+    live_server: Callable[..., LiveServer], settings: Settings, schema: ProtocolSchema
+) -> None:
+    server = live_server(settings, demo_token_delay=0.05)
+    set_policies(server, {"python_repl": "ask"})
+    scopes = (READ, WRITE, APPROVALS, ADMIN)
+    async with gateway(server, schema, scopes=scopes, caps=("approvals",)) as client:
+        await client.ok(
+            "chat.send", {"sessionKey": "agent:main:busy", "message": LONG_MESSAGE, "idempotencyKey": "b1"}
+        )
+        await client.event(lambda f: f["event"] == "chat" and f["payload"]["state"] == "delta")
+        await client.ok("sessions.reset", {"key": "agent:main:busy"})
+        assert (await client.run_events("b1"))[-1]["state"] == "aborted"
+        assert (await client.ok("chat.history", {"sessionKey": "agent:main:busy"}))["messages"] == []
+
+        await client.ok(
+            "chat.send",
+            {"sessionKey": "agent:main:paused", "message": "python: 6 * 7", "idempotencyKey": "p1"},
+        )
+        await client.event(named("plugin.approval.requested"))
+        await client.ok("sessions.reset", {"key": "agent:main:paused"})
+        assert (await client.run_events("p1"))[-1]["state"] == "aborted"
+        assert (await client.ok("chat.history", {"sessionKey": "agent:main:paused"}))["messages"] == []
+        again = await client.ok(
+            "chat.send", {"sessionKey": "agent:main:paused", "message": "hello", "idempotencyKey": "p2"}
+        )
+        assert again["status"] == "started"
+        assert (await client.run_events("p2"))[-1]["state"] == "final"

@@ -1138,11 +1138,7 @@ class GatewayServer:
         assert key is not None
         target = await self.resolve(key)
         sessions = target.services.sessions
-        active = [
-            each
-            for each in self.runs.values()
-            if each.target.services is target.services and each.target.session_id == target.session_id
-        ]
+        active = self._runs_in(target)
         if run_id is not None:
             active = [each for each in active if each.run_id == run_id]
             ids = [run_id] if active else []
@@ -1157,12 +1153,27 @@ class GatewayServer:
                 # paused by no run of this gateway (e.g. before a restart): drop what it waits for
                 return {"ok": True, "aborted": await sessions.cancel(target.session_id), "runIds": []}
             return {"ok": True, "aborted": False, "runIds": []}
-        paused = any(each.pending for each in active)
-        for each in active:  # a paused run ends as aborted, its pending approvals cancelled
-            each.aborted = True
-            each.wake.set()
+        paused = self._abort_runs(active)
         aborted = await sessions.cancel(target.session_id) or paused
         return {"ok": True, "aborted": aborted, "runIds": ids if aborted else []}
+
+    def _runs_in(self, target: Target) -> list[GatewayRun]:
+        """This gateway's runs in the target session."""
+        return [
+            each
+            for each in self.runs.values()
+            if each.target.services is target.services and each.target.session_id == target.session_id
+        ]
+
+    @staticmethod
+    def _abort_runs(runs: list[GatewayRun]) -> bool:
+        """Mark the runs aborted and wake the paused ones (they end as aborted, their pending
+        approvals cancelled); whether any was paused."""
+        paused = any(each.pending for each in runs)
+        for each in runs:
+            each.aborted = True
+            each.wake.set()
+        return paused
 
     async def _chat_history(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         """``chat.history {sessionKey, limit?, offset?, maxChars?}``: the last ``limit`` messages
@@ -1495,6 +1506,7 @@ class GatewayServer:
 
     async def _drop_session(self, target: Target) -> bool:
         """Stop the session's turn, drop its runtime and transcript; False if it had none."""
+        self._abort_runs(self._runs_in(target))
         try:
             await target.services.sessions.delete(target.session_id)
         except SessionNotFound:
