@@ -697,7 +697,15 @@ def test_openclaw_tui_starts_a_new_session_chats_in_it_and_resets_it(
 
         # sessions.patch: the server's one model is accepted, what clawlet lacks is refused clearly
         tui_command(tui, "/model openai/scripted-model", "model set to openai/scripted-model")
+        tui_command(tui, "/models", "openai/scripted-model")  # the picker lists models.list
+        mark = tui.mark()
+        tui.send_keys("\r")  # picks the one model
+        assert tui.wait_for("model set to openai/scripted-model", since=mark), tui.screen[-3000:]
+        models = [f["params"].get("model") for f in clawlet_gateway.frames.sent("sessions.patch")]
+        assert models == ["openai/scripted-model", "openai/scripted-model"], models
         tui_command(tui, "/think high", "think failed: sessions.patch: clawlet has no equivalent for")
+        # back to the first session: its history is drawn again
+        tui_command(tui, "/session agent:main:tui-old", "words of the old session")
     methods = clawlet_gateway.methods()
     assert "sessions.create" in methods and "sessions.reset" in methods, methods
     refused = [frame for frame, _ in clawlet_gateway.frames.pairs("in") if frame.get("ok") is False]
