@@ -128,7 +128,7 @@ async def test_new_session_as_the_tui_creates_it_then_chats_in_it(
 
 
 async def test_reset_empties_the_transcript_the_model_sees(
-    scripted: LiveServer, schema: ProtocolSchema, llm: ScriptedOpenAIServer
+    scripted: LiveServer, schema: ProtocolSchema, llm: ScriptedOpenAIServer, settings: Settings
 ) -> None:
     key = "agent:main:keep"
     async with (
@@ -146,6 +146,10 @@ async def test_reset_empties_the_transcript_the_model_sees(
         await chat(client, key, "what colour?", "k2")
         assert said(llm) == ["what colour?"]
 
+        (settings.paths.sessions / "broken.json").write_text("{not json")
+        assert (await client.request("chat.history", {"sessionKey": "agent:main:broken"}))["ok"] is False
+        await client.ok("sessions.reset", {"key": "agent:main:broken"})  # a corrupt one too
+        assert (await client.ok("chat.history", {"sessionKey": "agent:main:broken"}))["messages"] == []
         new = await client.ok("sessions.reset", {"key": "agent:main:never-used", "reason": "new"})
         assert new["entry"]["sessionId"] == "never-used"
         bad = await client.request("sessions.reset", {"key": key, "reason": "later"}, raw=True)

@@ -1381,13 +1381,13 @@ class GatewayServer:
             key = f"agent:{agent_id.strip().lower()}:{key}"
         return await self.resolve(key)
 
-    async def _entry(self, target: Target, *, create: bool = False) -> dict[str, Any] | None:
+    async def _entry(self, target: Target, *, create: bool = False, title: str = "") -> dict[str, Any] | None:
         """The session's ``sessions.list`` row; None without a transcript (unless ``create``,
-        which makes an empty one)."""
+        which makes an empty one titled ``title``)."""
         store = target.services.transcripts
         try:
             if create:
-                _, data = await asyncio.to_thread(store.create, target.session_id)
+                _, data = await asyncio.to_thread(store.create, target.session_id, title)
             else:
                 data = await asyncio.to_thread(store.load, target.session_id)
         except SessionNotFound:
@@ -1454,12 +1454,7 @@ class GatewayServer:
         message = param_message(params, "sessions.create") if "message" in params else None
         run_id = param_str(params, "idempotencyKey", required=False) or uuid.uuid4().hex
         target = await self._scoped({"agentId": DEFAULT_AGENT_ID, "key": f"s-{uuid.uuid4().hex}", **params})
-        try:
-            _, data = await asyncio.to_thread(target.services.transcripts.create, target.session_id, title)
-        except SessionCorrupt as exc:
-            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
-        item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
-        entry = self._session_row(target.agent_id, target.services, item)
+        entry = await self._entry(target, create=True, title=title)
         result = {
             "sessionId": target.session_id,
             **self._mutated(target, entry, "create"),
@@ -1499,10 +1494,12 @@ class GatewayServer:
         if reason not in ("new", "reset"):
             raise _invalid('invalid sessions.reset params: reason must be "new" or "reset"')
         target = await self._scoped(params)
-        title = (await self._entry(target) or {}).get("label", "")
+        try:
+            title = (await self._entry(target) or {}).get("label", "")
+        except GatewayError:  # a corrupt transcript: replaced by an empty one
+            title = ""
         await self._drop_session(target)
-        await asyncio.to_thread(target.services.transcripts.create, target.session_id, title)
-        return self._mutated(target, await self._entry(target), reason)
+        return self._mutated(target, await self._entry(target, create=True, title=title), reason)
 
     async def _drop_session(self, target: Target) -> bool:
         """Stop the session's turn, drop its runtime and transcript; False if it had none."""
