@@ -297,23 +297,14 @@ def session_id_for(rest: str) -> str:
 
 def model_name(settings: Settings) -> str:
     """The configured model's id (usage is counted per model), or ``unknown``."""
-    from clawlet.llm.providers import ProviderConfigError, describe_model
-
-    try:
-        return describe_model(settings).name
-    except ProviderConfigError:
-        return "unknown"
+    info = session_admin.configured_model(settings)
+    return info.name if info is not None else "unknown"
 
 
 def default_model_lister(settings: Settings) -> ModelLister:
     def models() -> list[ModelEntry]:
-        from clawlet.llm.providers import ProviderConfigError, describe_model
-
-        try:
-            info = describe_model(settings)
-        except ProviderConfigError:
-            return []
-        return [{"id": info.name, "name": info.label, "provider": info.provider}]
+        info = session_admin.configured_model(settings)
+        return [] if info is None else [{"id": info.name, "name": info.label, "provider": info.provider}]
 
     return models
 

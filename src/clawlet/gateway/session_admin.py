@@ -11,10 +11,13 @@ of a plain new session, ``idempotencyKey``) are accepted.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawlet.config import Settings
 from clawlet.gateway.protocol import INVALID_REQUEST, GatewayError, now_ms
+
+if TYPE_CHECKING:
+    from clawlet.llm.providers import ModelInfo
 
 EVENT_SESSIONS_CHANGED = "sessions.changed"
 
@@ -50,15 +53,20 @@ def refuse_unsupported(method: str, params: dict[str, Any], supported: frozenset
         )
 
 
-def model_ids(settings: Settings) -> set[str]:
-    """The ids a client may name the server's one model by (``name`` and ``provider/name``)."""
+def configured_model(settings: Settings) -> ModelInfo | None:
+    """The server's one model, or None when the provider is not configured."""
     from clawlet.llm.providers import ProviderConfigError, describe_model
 
     try:
-        info = describe_model(settings)
+        return describe_model(settings)
     except ProviderConfigError:
-        return set()
-    return {info.name, f"{info.provider}/{info.name}"}
+        return None
+
+
+def model_ids(settings: Settings) -> set[str]:
+    """The ids a client may name the server's one model by (``name`` and ``provider/name``)."""
+    info = configured_model(settings)
+    return set() if info is None else {info.name, f"{info.provider}/{info.name}"}
 
 
 def check_model(method: str, settings: Settings, model: Any) -> None:
@@ -75,13 +83,8 @@ def check_model(method: str, settings: Settings, model: Any) -> None:
 
 def resolved(settings: Settings) -> dict[str, Any]:
     """The ``resolved`` block of a mutation result: the model the session runs on."""
-    from clawlet.llm.providers import ProviderConfigError, describe_model
-
-    try:
-        info = describe_model(settings)
-    except ProviderConfigError:
-        return {}
-    return {"modelProvider": info.provider, "model": info.name}
+    info = configured_model(settings)
+    return {} if info is None else {"modelProvider": info.provider, "model": info.name}
 
 
 def title_param(method: str, params: dict[str, Any], name: str) -> str | None:
