@@ -21,7 +21,9 @@ every reply is deterministic and nothing leaves 127.0.0.1. It checks:
    its run timeout; the inbox's client reconnects when OpenClaw restarts;
 3. real OpenClaw clients against clawlet's own gateway server at ``/gateway``: ``openclaw gateway
    call`` / ``openclaw health``, ``openclaw agent --message`` (prints clawlet's answer), ``openclaw
-   tui`` driven in a pseudo-terminal (a typed message is answered on screen), and ``openclaw logs``,
+   tui`` driven in a pseudo-terminal (a typed message is answered on screen; ``/new`` starts a
+   session that is chatted in, ``/reset`` empties it, ``/model`` and ``/think`` patch it), and
+   ``openclaw logs``,
    ``gateway usage-cost``, ``gateway stability``, ``gateway probe`` and ``status``; a recording proxy
    checks every frame clawlet sends them against the schema.
 
@@ -733,6 +735,71 @@ def test_openclaw_tui_chats_with_clawlet(clawlet_gateway: ClawletGateway) -> Non
     assert "sessions.subscribe" in methods and "chat.send" in methods, methods
     refused = [frame for frame, _ in clawlet_gateway.frames.pairs("in") if frame.get("ok") is False]
     assert not refused, refused
+
+
+IDLE = "gateway connected | idle"
+
+
+def tui_chat(tui: PtySession, message: str) -> None:
+    """Type a message, wait for the scripted reply and for the TUI to be idle again."""
+    mark = tui.mark()
+    tui.send_keys(f"[interop:hello] {message}\r")
+    assert tui.wait_for(REPLY, IDLE, timeout=90, since=mark), tui.screen[-3000:]
+
+
+def tui_command(tui: PtySession, command: str, outcome: str) -> None:
+    """Type a slash command and wait for what it reports, then for the TUI to be idle."""
+    mark = tui.mark()
+    tui.send_keys(command)
+    assert tui.wait_for(command, since=mark), tui.screen[-3000:]
+    tui.send_keys("\r")
+    assert tui.wait_for(outcome, timeout=60, since=mark), tui.screen[-3000:]
+
+
+def test_openclaw_tui_starts_a_new_session_chats_in_it_and_resets_it(
+    clawlet_gateway: ClawletGateway, own_llm: ScriptedOpenAIServer
+) -> None:
+    """The TUI's ``/new`` (``sessions.create``) and ``/reset`` (``sessions.reset``) on clawlet."""
+    install = clawlet_gateway.install
+    env = {**install.base_env(clawlet_gateway.cli_home), "TERM": "xterm-256color"}
+    env.pop("CI", None)
+    command = install.command("tui", "--session", "agent:main:tui-old")
+    with PtySession(command, env=env, cwd=clawlet_gateway.cli_home) as tui:
+        assert tui.wait_for(IDLE, timeout=90), tui.screen[-3000:]
+        tui_chat(tui, "words of the old session")
+
+        tui_command(tui, "/new", "new session: agent:main:tui-")
+        created = clawlet_gateway.frames.responses("sessions.create")
+        assert created and created[-1]["ok"] is True, created
+        new_key = created[-1]["payload"]["key"]
+        tui_chat(tui, "first words of the new session")
+        [*_, sent] = clawlet_gateway.frames.sent("chat.send")
+        assert sent["params"]["sessionKey"] == new_key
+        shown = json.dumps(own_llm.requests[-1]["messages"])
+        assert "first words of the new session" in shown and "words of the old session" not in shown
+
+        tui_command(tui, "/reset", f"session {new_key} reset")
+        tui_chat(tui, "after the reset")
+        shown = json.dumps(own_llm.requests[-1]["messages"])
+        assert "after the reset" in shown and "first words of the new session" not in shown
+
+        # sessions.patch: the server's one model is accepted, what clawlet lacks is refused clearly
+        tui_command(tui, "/model openai/scripted-model", "model set to openai/scripted-model")
+        tui_command(tui, "/models", "openai/scripted-model")  # the picker lists models.list
+        mark = tui.mark()
+        tui.send_keys("\r")  # picks the one model
+        assert tui.wait_for("model set to openai/scripted-model", since=mark), tui.screen[-3000:]
+        models = [f["params"].get("model") for f in clawlet_gateway.frames.sent("sessions.patch")]
+        assert models == ["openai/scripted-model", "openai/scripted-model"], models
+        tui_command(tui, "/think high", "think failed: sessions.patch: clawlet has no equivalent for")
+        # back to the first session: its history is drawn again
+        tui_command(tui, "/session agent:main:tui-old", "words of the old session")
+    methods = clawlet_gateway.methods()
+    assert "sessions.create" in methods and "sessions.reset" in methods, methods
+    refused = [frame for frame, _ in clawlet_gateway.frames.pairs("in") if frame.get("ok") is False]
+    assert [frame["error"]["message"] for frame in refused] == [
+        "sessions.patch: clawlet has no equivalent for thinkingLevel"
+    ]
 
 
 #: ``openclaw`` commands that only read the gateway's state, and a line each prints.

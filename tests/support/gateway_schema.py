@@ -36,6 +36,12 @@ REQUEST_PARAMS = {
     "sessions.describe": "SessionsDescribeParams",
     "commands.list": "CommandsListParams",
     "question.list": "QuestionListParams",
+    "sessions.resolve": "SessionsResolveParams",
+    "sessions.create": "SessionsCreateParams",
+    "sessions.patch": "SessionsPatchParams",
+    "sessions.reset": "SessionsResetParams",
+    "sessions.delete": "SessionsDeleteParams",
+    "sessions.compact": "SessionsCompactParams",
 }
 RESPONSE_PAYLOADS = {
     "connect": "HelloOk",
@@ -44,6 +50,9 @@ RESPONSE_PAYLOADS = {
     "logs.tail": "LogsTailResult",
     "commands.list": "CommandsListResult",
     "question.list": "QuestionListResult",
+    "sessions.resolve": "SessionsResolveResult",
+    "sessions.create": "SessionsCreateResult",
+    "sessions.delete": "SessionsDeleteResult",
 }
 #: Methods answered with an array, and the definition of each item.
 RESPONSE_ITEMS = {"system-presence": "PresenceEntry"}

@@ -2,8 +2,9 @@
 
 ``PtySession(command, env=…, cwd=…)`` starts the program on a fresh pty (120×40, its own process
 group), keeps everything it drew, and offers :meth:`PtySession.send_keys` (keystrokes) and
-:meth:`PtySession.wait_for` (until some text is on screen, ANSI escapes stripped, or a generous
-deadline passes). :meth:`PtySession.close` ends the whole group. Standard library only.
+:meth:`PtySession.wait_for` (until some texts are on screen in order, ANSI escapes stripped, or a
+generous deadline passes; optionally only what was drawn after a :meth:`PtySession.mark`).
+:meth:`PtySession.close` ends the whole group. Standard library only.
 """
 
 from __future__ import annotations
@@ -58,15 +59,32 @@ class PtySession:
         self.raw += chunk
         return bool(chunk)
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> bool:
-        """Whether ``text`` appeared on screen before the deadline (or before the program ended)."""
+    def mark(self) -> int:
+        """A position in what was drawn: :meth:`wait_for` ``since`` it looks only at what follows."""
+        return len(self.raw)
+
+    def drawn_since(self, mark: int) -> str:
+        return ANSI.sub("", self.raw[mark:].decode("utf-8", "replace"))
+
+    def wait_for(self, *texts: str, timeout: float = 60.0, since: int = 0) -> bool:
+        """Whether ``texts`` appeared on screen in this order (after the :meth:`mark` ``since``)
+        before the deadline (or before the program ended)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self.screen:
+            if self._drawn_in_order(texts, since):
                 return True
             if not self._read(0.2):
-                return text in self.screen
-        return text in self.screen
+                break
+        return self._drawn_in_order(texts, since)
+
+    def _drawn_in_order(self, texts: tuple[str, ...], since: int) -> bool:
+        drawn, position = self.drawn_since(since), 0
+        for text in texts:
+            found = drawn.find(text, position)
+            if found < 0:
+                return False
+            position = found + len(text)
+        return True
 
     def send_keys(self, keys: str) -> None:
         os.write(self.master, keys.encode("utf-8"))

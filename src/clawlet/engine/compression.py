@@ -7,12 +7,22 @@ live inside one segment and are never split).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from clawlet.config import Settings
 from clawlet.llm.demo import SUMMARY_REQUEST_MARKER
 from clawlet.llm.providers import build_chat_model
-from clawlet.sessions.store import StoredMessage
+from clawlet.sessions.store import StoredMessage, TranscriptStore, archive_and_summarise
+
+if TYPE_CHECKING:
+    from clawlet.runtime.manager import SessionManager
+
+log = logging.getLogger(__name__)
 
 MIN_MESSAGES = 4
 MAX_SUMMARY_CHARS = 500
@@ -25,6 +35,17 @@ SUMMARY_PROMPT = (
 
 class NotEnoughMessages(ValueError):
     pass
+
+
+class SummaryFailed(RuntimeError):
+    """The model gave no usable summary."""
+
+
+@dataclass(frozen=True)
+class Compressed:
+    archived_count: int
+    remaining_count: int
+    summary: str
 
 
 def compression_cut(messages: list[StoredMessage]) -> int:
@@ -57,3 +78,23 @@ async def summarise(settings: Settings, messages: list[StoredMessage]) -> str:
     if not summary:
         raise ValueError("the model returned an empty summary")
     return summary[:MAX_SUMMARY_CHARS]
+
+
+async def compress_session(
+    settings: Settings, transcripts: TranscriptStore, sessions: SessionManager, session_id: str
+) -> Compressed:
+    """Summarise and archive the first half of a session, held meanwhile (a turn gets
+    ``SessionBusy``). Raises ``SessionNotFound``, :class:`NotEnoughMessages`, :class:`SummaryFailed`,
+    ``CompressionConflict`` (the session changed meanwhile) or ``SessionBusy`` (a turn runs)."""
+    with sessions.hold(session_id):
+        messages = (await asyncio.to_thread(transcripts.load, session_id))["messages"]
+        archived = messages[: compression_cut(messages)]
+        try:
+            summary = await summarise(settings, archived)
+        except Exception as exc:
+            log.warning("compression summary failed: %s", exc)
+            raise SummaryFailed(f"the model could not summarise: {exc}") from exc
+        archived_count, remaining = await asyncio.to_thread(
+            archive_and_summarise, transcripts, session_id, archived, summary
+        )
+        return Compressed(archived_count, remaining, summary)

@@ -49,6 +49,7 @@ import hmac
 import inspect
 import json
 import logging
+import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -58,6 +59,7 @@ from typing import Any, Protocol
 
 from clawlet import __version__
 from clawlet.config import Settings
+from clawlet.engine import compression
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.event_stream import EventStream
@@ -80,7 +82,7 @@ from clawlet.events import (
     ToolStart,
     Usage,
 )
-from clawlet.gateway import agent_method, operator
+from clawlet.gateway import agent_method, operator, session_admin
 from clawlet.gateway import approvals as wire
 from clawlet.gateway.approvals import GatewayApproval
 from clawlet.gateway.protocol import (
@@ -129,6 +131,7 @@ from clawlet.runtime.base import RuntimeError_
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
+    CompressionConflict,
     InvalidSessionId,
     SessionCorrupt,
     SessionNotFound,
@@ -162,6 +165,12 @@ METHOD_SCOPES: dict[str, str] = {
     "config.get": SCOPE_READ,
     "sessions.subscribe": SCOPE_READ,
     "sessions.describe": SCOPE_READ,
+    "sessions.resolve": SCOPE_READ,
+    "sessions.create": SCOPE_WRITE,
+    "sessions.patch": SCOPE_WRITE,
+    "sessions.reset": SCOPE_ADMIN,
+    "sessions.delete": SCOPE_ADMIN,
+    "sessions.compact": SCOPE_ADMIN,
     "commands.list": SCOPE_READ,
     "question.list": SCOPE_QUESTIONS,
     "plugin.approval.list": SCOPE_APPROVALS,
@@ -177,7 +186,15 @@ METHOD_SCOPES: dict[str, str] = {
     "plugin.approval.resolve": SCOPE_APPROVALS,
     "question.resolve": SCOPE_QUESTIONS,
 }
-SERVER_EVENTS = (EVENT_CHALLENGE, EVENT_TICK, EVENT_CHAT, EVENT_AGENT, EVENT_SHUTDOWN, *wire.APPROVAL_EVENTS)
+SERVER_EVENTS = (
+    EVENT_CHALLENGE,
+    EVENT_TICK,
+    EVENT_CHAT,
+    EVENT_AGENT,
+    EVENT_SHUTDOWN,
+    session_admin.EVENT_SESSIONS_CHANGED,
+    *wire.APPROVAL_EVENTS,
+)
 ASK_CONTEXT = RunContext(approval_mode="ask")
 """Turns of connections that can answer approvals may pause for them."""
 
@@ -197,6 +214,7 @@ IDEMPOTENCY_MEMORY = 1024
 """How many ``chat.send`` idempotency keys are remembered."""
 HISTORY_DEFAULT_LIMIT = 200
 HISTORY_MAX_LIMIT = 1000
+HISTORY_MAX_CHARS = 500_000
 SESSIONS_DEFAULT_LIMIT = 200
 CLOSE_GRACE_SECONDS = 2.0
 APPROVAL_TIMEOUT_SECONDS = 30 * 60.0
@@ -279,23 +297,14 @@ def session_id_for(rest: str) -> str:
 
 def model_name(settings: Settings) -> str:
     """The configured model's id (usage is counted per model), or ``unknown``."""
-    from clawlet.llm.providers import ProviderConfigError, describe_model
-
-    try:
-        return describe_model(settings).name
-    except ProviderConfigError:
-        return "unknown"
+    info = session_admin.configured_model(settings)
+    return info.name if info is not None else "unknown"
 
 
 def default_model_lister(settings: Settings) -> ModelLister:
     def models() -> list[ModelEntry]:
-        from clawlet.llm.providers import ProviderConfigError, describe_model
-
-        try:
-            info = describe_model(settings)
-        except ProviderConfigError:
-            return []
-        return [{"id": info.name, "name": info.label, "provider": info.provider}]
+        info = session_admin.configured_model(settings)
+        return [] if info is None else [{"id": info.name, "name": info.label, "provider": info.provider}]
 
     return models
 
@@ -462,6 +471,8 @@ class Connection:
         self.client: dict[str, Any] = {}
         self.connected = False
         self.closing = False
+        self.session_events = False
+        """Whether ``sessions.subscribe`` asked for ``sessions.changed`` events."""
         self.max_buffered = max_buffered
         self._seq = 0
         self._buffered = 0
@@ -683,6 +694,12 @@ class GatewayServer:
             "config.get": self._config_get,
             "sessions.subscribe": self._sessions_subscribe,
             "sessions.describe": self._sessions_describe,
+            "sessions.resolve": self._sessions_resolve,
+            "sessions.create": self._sessions_create,
+            "sessions.patch": self._sessions_patch,
+            "sessions.reset": self._sessions_reset,
+            "sessions.delete": self._sessions_delete,
+            "sessions.compact": self._sessions_compact,
             "commands.list": self._commands_list,
             "question.list": self._question_list,
             "plugin.approval.list": self._plugin_approval_list,
@@ -1112,11 +1129,7 @@ class GatewayServer:
         assert key is not None
         target = await self.resolve(key)
         sessions = target.services.sessions
-        active = [
-            each
-            for each in self.runs.values()
-            if each.target.services is target.services and each.target.session_id == target.session_id
-        ]
+        active = self._runs_in(target)
         if run_id is not None:
             active = [each for each in active if each.run_id == run_id]
             ids = [run_id] if active else []
@@ -1131,20 +1144,55 @@ class GatewayServer:
                 # paused by no run of this gateway (e.g. before a restart): drop what it waits for
                 return {"ok": True, "aborted": await sessions.cancel(target.session_id), "runIds": []}
             return {"ok": True, "aborted": False, "runIds": []}
-        paused = any(each.pending for each in active)
-        for each in active:  # a paused run ends as aborted, its pending approvals cancelled
-            each.aborted = True
-            each.wake.set()
+        paused = self._abort_runs(active)
         aborted = await sessions.cancel(target.session_id) or paused
         return {"ok": True, "aborted": aborted, "runIds": ids if aborted else []}
 
+    def _runs_in(self, target: Target) -> list[GatewayRun]:
+        """This gateway's runs in the target session."""
+        return [
+            each
+            for each in self.runs.values()
+            if each.target.services is target.services and each.target.session_id == target.session_id
+        ]
+
+    @staticmethod
+    def _abort_runs(runs: list[GatewayRun]) -> bool:
+        """Mark the runs aborted and wake the paused ones (they end as aborted, their pending
+        approvals cancelled); whether any was paused."""
+        paused = any(each.pending for each in runs)
+        for each in runs:
+            each.aborted = True
+            each.wake.set()
+        return paused
+
     async def _chat_history(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-        key = param_str(params, "sessionKey")
+        """``chat.history {sessionKey, limit?, offset?, maxChars?}``: the last ``limit`` messages
+        before the newest ``offset`` ones (with ``offset``: ``totalMessages``, ``hasMore`` and
+        ``nextOffset`` to page further back); each text cut to ``maxChars``. Transcript messages
+        have no ids or cursors: ``cursor`` and ``messageId`` are refused."""
+        for unsupported in ("cursor", "messageId"):
+            if params.get(unsupported) is not None:
+                raise _invalid(f"chat.history: clawlet pages by offset; {unsupported} is not supported")
         limit = param_int(params, "limit", minimum=1, maximum=HISTORY_MAX_LIMIT) or HISTORY_DEFAULT_LIMIT
-        assert key is not None
-        target = await self.resolve(key)
+        offset = param_int(params, "offset", minimum=0)
+        max_chars = param_int(params, "maxChars", minimum=1, maximum=HISTORY_MAX_CHARS)
+        target = await self._scoped(params, "sessionKey")
+        self._expect_session(target, params, "sessionId")
         messages = await asyncio.to_thread(_history, target.services.transcripts, target.session_id)
-        return {"sessionKey": target.key, "sessionId": target.session_id, "messages": messages[-limit:]}
+        end = len(messages) - (offset or 0)
+        page = messages[max(0, end - limit) : max(0, end)]
+        if max_chars is not None:
+            for message in page:
+                for part in message["content"]:
+                    part["text"] = part["text"][:max_chars]
+        result: dict[str, Any] = {"sessionKey": target.key, "sessionId": target.session_id, "messages": page}
+        if offset is not None:
+            more = end - limit > 0
+            result |= {"offset": offset, "totalMessages": len(messages), "hasMore": more}
+            if more:
+                result["nextOffset"] = offset + len(page)
+        return result
 
     async def _sessions_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         limit = param_int(params, "limit", minimum=1) or SESSIONS_DEFAULT_LIMIT
@@ -1310,23 +1358,195 @@ class GatewayServer:
         return operator.config_view(self.workspaces.default.settings)
 
     async def _sessions_subscribe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
-        """``sessions.subscribe``: every reader already receives every run's ``chat`` events."""
+        """``sessions.subscribe``: ``sessions.changed`` events from now on (every reader already
+        receives every run's ``chat`` events)."""
+        conn.session_events = True
         return {"subscribed": True}
+
+    async def _scoped(self, params: dict[str, Any], name: str = "key") -> Target:
+        """The target of a session method's ``key`` (with ``agentId`` for a key that names none)."""
+        key = param_str(params, name, max_length=512)
+        agent_id = param_str(params, "agentId", required=False, max_length=128)
+        assert key is not None
+        if agent_id is not None and not key.strip().lower().startswith("agent:"):
+            key = f"agent:{agent_id.strip().lower()}:{key}"
+        return await self.resolve(key)
+
+    async def _entry(self, target: Target, *, create: bool = False, title: str = "") -> dict[str, Any] | None:
+        """The session's ``sessions.list`` row; None without a transcript (unless ``create``,
+        which makes an empty one titled ``title``)."""
+        store = target.services.transcripts
+        try:
+            if create:
+                _, data = await asyncio.to_thread(store.create, target.session_id, title)
+            else:
+                data = await asyncio.to_thread(store.load, target.session_id)
+        except SessionNotFound:
+            return None
+        except SessionCorrupt as exc:
+            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+        item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
+        return self._session_row(target.agent_id, target.services, item)
+
+    def _mutated(self, target: Target, entry: dict[str, Any] | None, reason: str) -> dict[str, Any]:
+        """A mutation's result (``{ok, key, entry, resolved}``), announced as ``sessions.changed``."""
+        changed = session_admin.changed_event(target.key, target.agent_id, reason, target.session_id)
+        for conn in self._readers():
+            if conn.session_events:
+                conn.send_event(session_admin.EVENT_SESSIONS_CHANGED, changed)
+        result: dict[str, Any] = {"ok": True, "key": target.key}
+        if entry is not None:
+            result["entry"] = entry
+            result["resolved"] = session_admin.resolved(self.settings)
+        return result
 
     async def _sessions_describe(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         """``sessions.describe {key}`` → ``{session}``: its ``sessions.list`` row, or null when the
         session has no transcript yet."""
-        key = param_str(params, "key", max_length=512)
-        assert key is not None
-        target = await self.resolve(key)
+        return {"session": await self._entry(await self._scoped(params))}
+
+    async def _sessions_resolve(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.resolve {key | sessionId | label}`` → ``{ok, key, agentId, displayName}``, or
+        ``{ok: false, candidates}`` when a label names several sessions."""
+        session_admin.refuse_unsupported("sessions.resolve", params, session_admin.RESOLVE_FIELDS)
+        named = [name for name in ("key", "sessionId", "label") if params.get(name) is not None]
+        if len(named) != 1:
+            raise _invalid("invalid sessions.resolve params: give exactly one of key, sessionId, label")
+        if named == ["key"]:
+            target = await self._scoped(params)
+            entry = await self._entry(target)
+            if entry is None and params.get("allowMissing") is not True:
+                raise _invalid(f"No session found: {target.key}")
+            rows = [
+                entry or {"key": target.key, "agentId": target.agent_id, "displayName": target.session_id}
+            ]
+        else:
+            wanted = str(params[named[0]]).strip().lower()
+            field_name = "sessionId" if named == ["sessionId"] else "label"
+            listed = await self._sessions_list(conn, {"agentId": params.get("agentId"), "limit": sys.maxsize})
+            rows = [row for row in listed["sessions"] if str(row.get(field_name, "")).lower() == wanted]
+            if not rows:
+                raise _invalid(f"No session found with {field_name}: {params[named[0]]}")
+        found = [
+            {"key": row["key"], "agentId": row["agentId"], "displayName": row["displayName"]} for row in rows
+        ]
+        if len(found) > 1:
+            return {"ok": False, "candidates": found[:10]}
+        return {"ok": True, **found[0]}
+
+    async def _sessions_create(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.create {key?, agentId?, label?, message?}``: a new empty transcript (an existing
+        one is adopted as it is); with ``message`` its first turn starts at once."""
+        session_admin.refuse_unsupported("sessions.create", params, session_admin.CREATE_FIELDS)
+        session_admin.check_model("sessions.create", self.settings, params.get("model"))
+        title = session_admin.title_param("sessions.create", params, "label") or (
+            session_admin.title_param("sessions.create", params, "displayName") or ""
+        )
+        message = param_message(params, "sessions.create") if "message" in params else None
+        run_id = param_str(params, "idempotencyKey", required=False) or uuid.uuid4().hex
+        target = await self._scoped({"agentId": DEFAULT_AGENT_ID, "key": f"s-{uuid.uuid4().hex}", **params})
+        entry = await self._entry(target, create=True, title=title)
+        result = {
+            "sessionId": target.session_id,
+            **self._mutated(target, entry, "create"),
+            "runStarted": False,
+        }
+        if message is not None:
+            await self._start_run(conn, target, message, run_id)
+            result |= {"runStarted": True, "runId": run_id}
+        return result
+
+    async def _sessions_patch(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.patch {key, label?, model?}``: the label is the session's title (null clears
+        it); the model can only be the server's own."""
+        session_admin.refuse_unsupported("sessions.patch", params, session_admin.PATCH_FIELDS)
+        session_admin.check_model("sessions.patch", self.settings, params.get("model"))
+        label = session_admin.title_param("sessions.patch", params, "label")
+        target = await self._scoped(params)
+        self._expect_session(target, params)
+        store = target.services.transcripts
+        await self._entry(target, create=True)
+        if label is not None:
+            await asyncio.to_thread(store.rename, target.session_id, label)
+        return self._mutated(target, await self._entry(target), "patch")
+
+    def _expect_session(
+        self, target: Target, params: dict[str, Any], name: str = "expectedSessionId"
+    ) -> None:
+        """A request naming the session id it expects is refused when the key maps elsewhere."""
+        expected = param_str(params, name, required=False)
+        if expected is not None and expected != target.session_id:
+            raise _invalid(f"session {target.key} changed: it is {target.session_id}, not {expected}")
+
+    async def _sessions_reset(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.reset {key, reason?}``: its turn stopped, then an empty transcript under the
+        same key and title (the model sees none of what was said before)."""
+        reason = params.get("reason", "reset")
+        if reason not in ("new", "reset"):
+            raise _invalid('invalid sessions.reset params: reason must be "new" or "reset"')
+        target = await self._scoped(params)
         try:
-            data = await asyncio.to_thread(target.services.transcripts.load, target.session_id)
+            title = (await self._entry(target) or {}).get("label", "")
+        except GatewayError:  # a corrupt transcript: replaced by an empty one
+            title = ""
+        await self._drop_session(target)
+        return self._mutated(target, await self._entry(target, create=True, title=title), reason)
+
+    async def _drop_session(self, target: Target) -> bool:
+        """Stop the session's turn, drop its runtime and transcript; False if it had none."""
+        self._abort_runs(self._runs_in(target))
+        try:
+            await target.services.sessions.delete(target.session_id)
         except SessionNotFound:
-            return {"session": None}
+            return False
+        except SessionBusy as exc:
+            raise GatewayError(
+                UNAVAILABLE, f"session {target.key} is busy (compressing or starting); retry", retryable=True
+            ) from exc
+        return True
+
+    async def _sessions_delete(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.delete {key}``: its turn stopped, its transcript deleted (clawlet keeps no
+        archive: ``deleteTranscript: false`` is refused)."""
+        session_admin.refuse_unsupported("sessions.delete", params, session_admin.DELETE_FIELDS)
+        if params.get("deleteTranscript") is False:
+            raise _invalid(
+                "sessions.delete: clawlet keeps no archived transcripts; deleteTranscript must be true"
+            )
+        target = await self._scoped(params)
+        self._expect_session(target, params)
+        deleted = await self._drop_session(target)
+        return {**self._mutated(target, None, "delete"), "deleted": deleted, "archived": []}
+
+    async def _sessions_compact(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+        """``sessions.compact {key}``: the workbench's compression (the first half summarised by
+        the model and archived) → ``{ok, key, compacted, reason?}``; clawlet has no line trim
+        (``maxLines`` is refused)."""
+        if params.get("maxLines") is not None:
+            raise _invalid("sessions.compact: clawlet summarises the first half; maxLines is not supported")
+        target = await self._scoped(params)
+        services = target.services
+        try:
+            done = await compression.compress_session(
+                services.settings, services.transcripts, services.sessions, target.session_id
+            )
+        except SessionNotFound:
+            return {"ok": True, "key": target.key, "compacted": False, "reason": "no transcript"}
+        except compression.NotEnoughMessages as exc:
+            return {"ok": True, "key": target.key, "compacted": False, "reason": str(exc)}
+        except (SessionBusy, CompressionConflict) as exc:
+            raise GatewayError(
+                UNAVAILABLE, f"session {target.key} is answering or changed; compact it later", retryable=True
+            ) from exc
+        except compression.SummaryFailed as exc:
+            raise GatewayError(UNAVAILABLE, str(exc)) from exc
         except SessionCorrupt as exc:
             raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
-        item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
-        return {"session": self._session_row(target.agent_id, target.services, item)}
+        return self._mutated(target, None, "compact") | {
+            "compacted": True,
+            "archivedCount": done.archived_count,
+            "remainingCount": done.remaining_count,
+        }
 
     async def _commands_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         """``commands.list``: clawlet offers no slash commands to gateway clients."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
 from fastapi import APIRouter
@@ -11,42 +9,31 @@ from fastapi import APIRouter
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.workbench.sessions import load_or_404
-from clawlet.engine.compression import NotEnoughMessages, compression_cut, summarise
+from clawlet.engine.compression import NotEnoughMessages, SummaryFailed, compress_session
 from clawlet.runtime.manager import SessionBusy
-from clawlet.services import Services
-from clawlet.sessions.store import CompressionConflict, archive_and_summarise
+from clawlet.sessions.store import CompressionConflict, SessionNotFound
 
 router = APIRouter()
-log = logging.getLogger(__name__)
 
 
 @router.post("/sessions/{session_id}/compress")
-async def compress_session(session_id: str, services: ServicesDep) -> dict[str, Any]:
+async def compress(session_id: str, services: ServicesDep) -> dict[str, Any]:
     """The session is held while it is compressed: a turn meanwhile gets 409 ``session_busy``."""
     load_or_404(services, session_id)
     try:
-        with services.sessions.hold(session_id):
-            return await _compress(services, session_id)
+        done = await compress_session(services.settings, services.transcripts, services.sessions, session_id)
     except SessionBusy as exc:
         raise ApiError(409, "session_busy", "the session is answering; compress it when it is done") from exc
-
-
-async def _compress(services: Services, session_id: str) -> dict[str, Any]:
-    messages = load_or_404(services, session_id)["messages"]
-    try:
-        cut = compression_cut(messages)
+    except SessionNotFound as exc:
+        raise ApiError(404, "not_found", f"session {session_id!r} not found") from exc
     except NotEnoughMessages as exc:
         raise ApiError(400, "not_enough_messages", str(exc)) from exc
-    archived = messages[:cut]
-    try:
-        summary = await summarise(services.settings, archived)
-    except Exception as exc:
-        log.warning("compression summary failed: %s", exc)
-        raise ApiError(502, "summary_failed", f"the model could not summarise: {exc}") from exc
-    try:
-        archived_count, remaining = await asyncio.to_thread(
-            archive_and_summarise, services.transcripts, session_id, archived, summary
-        )
+    except SummaryFailed as exc:
+        raise ApiError(502, "summary_failed", str(exc)) from exc
     except CompressionConflict as exc:
         raise ApiError(409, "session_changed", "the session changed during compression") from exc
-    return {"archived_count": archived_count, "remaining_count": remaining, "summary": summary}
+    return {
+        "archived_count": done.archived_count,
+        "remaining_count": done.remaining_count,
+        "summary": done.summary,
+    }
