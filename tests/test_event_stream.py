@@ -241,7 +241,8 @@ def test_workbench_wire() -> None:
     ]
     assert stream.title == "A title"
     data = json.loads(frames[6].split("data: ", 1)[1])
-    assert data == {"type": "tool_end", "tool": "shell", "output": "a.txt", "is_error": True}
+    assert data == {"type": "tool_end", "tool": "shell", "output": "a.txt", "is_error": True, "call_id": "c1"}
+    assert json.loads(frames[5].split("data: ", 1)[1])["call_id"] == "c1"
 
 
 def test_the_inbox_watch_reports_progress_and_the_outcome() -> None:
@@ -302,7 +303,12 @@ def test_the_cluster_edge_is_a_translator_with_seed_names_ids_and_keepalives(
     from clawlet.events import event_to_json
 
     monkeypatch.setattr(seed_events, "KEEPALIVE_SECONDS", 0.01)
-    events: list[Event] = [TextDelta("hi"), Usage(1, 2), ToolStart("shell", "ls", "c1"), RunFinished("hi", "s")]
+    events: list[Event] = [
+        TextDelta("hi"),
+        Usage(1, 2),
+        ToolStart("shell", "ls", "c1"),
+        RunFinished("hi", "s"),
+    ]
     frames: list[dict[str, object]] = [
         {"id": 10 + n, "seq": n, "data": event_to_json(event)} for n, event in enumerate(events)
     ]

@@ -98,8 +98,10 @@ def test_a_question_waits_and_the_answer_resumes_the_same_run(server: LiveServer
             "kind": "question",
             "approvalId": item["approvalId"],
             "question": "which colour do you like?",
+            "callId": item["callId"],
             "allowedDecisions": ["answer", "reject"],
         }
+        assert item["callId"]  # the pending item's one shape, camelCased (engine.approvals.pending_to_json)
         assert "completedAt" not in waiting
         asked = messages(client, task_id)
         assert [m["senderType"] for m in asked] == ["user", "agent"]
@@ -168,6 +170,7 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer, settings: Settin
         assert item["kind"] == "tool" and item["tool"] == "terminal"
         assert item["args"] == {"command": COMMAND} and item["input"] == COMMAND
         assert item["allowedDecisions"] == ["approve", "reject"]
+        assert item["callId"] and item["description"]
         question = messages(client, task_id)[-1]
         assert question["senderType"] == "agent"
         assert question["content"].startswith(f"Running `{COMMAND}` in the terminal.\n\n")
