@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from clawlet import __version__
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.config import Settings
 from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
@@ -126,7 +127,7 @@ from clawlet.gateway.protocol import (
 )
 from clawlet.logs import LOG_RING
 from clawlet.runtime.base import RuntimeError_
-from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
+from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
     InvalidSessionId,
@@ -268,6 +269,20 @@ def screen_request(frame: dict[str, Any], text: str | bytes) -> tuple[str, Gatew
 def stable_session_id(rest: str) -> str:
     """A valid transcript id for a session key suffix that is not one already."""
     return "gw-" + hashlib.sha256(rest.encode("utf-8")).hexdigest()[:32]
+
+
+def session_refused(exc: Exception, session_id: str) -> GatewayError:
+    """The ``ok:false`` answer for a refusal of the session manager (the one mapping,
+    :func:`~clawlet.api.session_errors.session_error`): ``INVALID_REQUEST`` for a bad request,
+    else ``UNAVAILABLE``, retryable while the session is busy answering."""
+    decide = "decide it (exec.approval.resolve) or chat.abort first"
+    error = session_error(exc, session_id, decide=decide)
+    return GatewayError(
+        INVALID_REQUEST if error.status == 422 else UNAVAILABLE,
+        error.message,
+        error.details if isinstance(error.details, dict) else None,
+        retryable=True if error.code == "session_busy" else None,
+    )
 
 
 def session_id_for(rest: str) -> str:
@@ -1076,20 +1091,8 @@ class GatewayServer:
             )
         except BaseException as exc:
             self._idempotency.pop(idempotency_key, None)
-            if isinstance(exc, SessionWaiting):
-                raise GatewayError(
-                    UNAVAILABLE,
-                    f"session {target.key} waits for approval decisions; decide them or chat.abort first",
-                    {"pending": [item.approval_id for item in exc.pending]},
-                ) from exc
-            if isinstance(exc, SessionBusy):
-                raise GatewayError(
-                    UNAVAILABLE, f"session {target.key} is still answering; retry later", retryable=True
-                ) from exc
-            if isinstance(exc, SessionCorrupt):
-                raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
-            if isinstance(exc, RuntimeError_):
-                raise GatewayError(UNAVAILABLE, f"the run could not start: {exc}") from exc
+            if isinstance(exc, SESSION_ERRORS):
+                raise session_refused(exc, target.session_id) from exc
             raise
         gateway_run = GatewayRun(idempotency_key, target, run)
         self.runs[idempotency_key] = gateway_run
@@ -1324,7 +1327,7 @@ class GatewayServer:
         except SessionNotFound:
             return {"session": None}
         except SessionCorrupt as exc:
-            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+            raise session_refused(exc, target.session_id) from exc
         item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
         return {"session": self._session_row(target.agent_id, target.services, item)}
 
@@ -1742,7 +1745,7 @@ def _history(store: TranscriptStore, session_id: str) -> list[dict[str, Any]]:
     except SessionNotFound:
         return []
     except SessionCorrupt as exc:
-        raise GatewayError(UNAVAILABLE, f"session {session_id} has a corrupt transcript") from exc
+        raise session_refused(exc, session_id) from exc
     merged: list[StoredMessage] = []
     for message in data["messages"]:
         role = message.get("role")
