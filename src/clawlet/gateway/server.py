@@ -60,7 +60,7 @@ from clawlet import __version__
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.config import Settings
 from clawlet.engine.approvals import Decision, InvalidDecision
-from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.context import RunContext
 from clawlet.event_stream import EventStream
 from clawlet.events import (
     ApprovalRequested,
@@ -179,8 +179,6 @@ METHOD_SCOPES: dict[str, str] = {
     "question.resolve": SCOPE_QUESTIONS,
 }
 SERVER_EVENTS = (EVENT_CHALLENGE, EVENT_TICK, EVENT_CHAT, EVENT_AGENT, EVENT_SHUTDOWN, *wire.APPROVAL_EVENTS)
-ASK_CONTEXT = RunContext(approval_mode="ask")
-"""Turns of connections that can answer approvals may pause for them."""
 
 MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 """``policy.maxBufferedBytes``: a peer this far behind (UTF-8 bytes queued) is dropped as a slow
@@ -1084,7 +1082,8 @@ class GatewayServer:
         """Start a turn in the target session and stream its events to every reader."""
         # Reserved before the first await that starts the run, so a concurrent resend is deduplicated.
         self._remember(idempotency_key, target.key)
-        context = ASK_CONTEXT if wire.asks(conn.scopes, conn.caps) else DEFAULT_CONTEXT
+        # turns of connections that can answer approvals may pause for them
+        context = RunContext.for_edge(can_ask=wire.asks(conn.scopes, conn.caps))
         try:
             run = await target.services.sessions.start_turn(
                 target.session_id, message, title=False, context=context

@@ -55,7 +55,7 @@ ProgressCallback = Callable[[str], None]
 """Called with the reply's cumulative text while it streams."""
 
 
-INBOX_CONTEXT = RunContext(approval_mode="ask")
+INBOX_CONTEXT = RunContext.for_edge(can_ask=True)
 """Inbox turns may pause: the inbox shows the question and the user's reply resumes the run."""
 
 
