@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final, TypeVar
 
@@ -94,8 +95,9 @@ class SeedTranslator(EventStream[T]):
     """The seed-001 mapping (the module docstring's table): each handler makes the seed event's
     fields and hands them to :meth:`emit`, which says what they become (a dict, an SSE line)."""
 
+    @abstractmethod
     def emit(self, seed: dict[str, Any]) -> Iterable[T]:
-        raise NotImplementedError
+        """What the seed event with these fields becomes on the wire."""
 
     def on_text(self, event: TextDelta) -> Iterable[T]:
         return self.emit({"type": TEXT_CHUNK, "content": event.text})
