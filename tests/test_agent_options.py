@@ -290,3 +290,26 @@ def test_workbench_streams_model_reasoning_as_thinking_events(
         types = [f["type"] for f in frames]
         assert types.index("thinking") < types.index("token") < types.index("done")
         assert frames[types.index("done")]["content"] == "答案是 4。"
+
+
+def test_every_edge_builds_its_run_context_one_way() -> None:
+    from clawlet.engine.context import RunContext
+    from clawlet.llm.sampling import Sampling
+
+    # the permission mode: skipping permissions wins, else asking where the edge can, else deny
+    assert RunContext.for_edge().approval_mode == "deny"
+    assert RunContext.for_edge(can_ask=True) == RunContext(approval_mode="ask")
+    assert RunContext.for_edge(skip_permissions=True).approval_mode == "allow"
+    assert RunContext.for_edge(can_ask=True, skip_permissions=True).approval_mode == "allow"
+    # tool lists: None is every tool, an empty list none; duplicates collapse
+    assert RunContext.for_edge().allowed_tools is None
+    assert RunContext.for_edge(allowed_tools=[]).allowed_tools == frozenset()
+    built = RunContext.for_edge(
+        allowed_tools=["read_file", "read_file"],
+        disallowed_tools=None,
+        extra_system_prompt="Be brief.",
+        sampling=Sampling(temperature=0.0),
+    )
+    assert built.allowed_tools == frozenset({"read_file"}) and built.disallowed_tools == frozenset()
+    assert built.extra_system_prompt == "Be brief." and built.sampling == Sampling(temperature=0.0)
+    assert not built.tool_allowed("terminal") and built.tool_allowed("read_file")

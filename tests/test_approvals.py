@@ -543,3 +543,31 @@ def test_native_endpoint_applies_the_permission_mode(server: LiveServer) -> None
     lines = run(**{"dangerously-skip-permissions": True})
     assert lines[0]["permission_mode"] == "skip" and "terminal" in lines[0]["tools"]
     assert (server.settings.paths.workspace / "n.txt").read_text(encoding="utf-8") == "n\n"
+
+
+def test_two_calls_of_one_tool_in_one_message_are_paired_by_call_id(
+    scripted: LiveServer, llm: ScriptedOpenAIServer
+) -> None:
+    home = scripted.settings.paths.root
+    (home / "one.txt").write_text("first", encoding="utf-8")
+    (home / "two.txt").write_text("second", encoding="utf-8")
+    llm.set_script(
+        [
+            tool_turn(
+                ToolCall("read_file", {"path": "one.txt"}, id="call_1"),
+                ToolCall("read_file", {"path": "two.txt"}, id="call_2"),
+            ),
+            text_turn("Read both."),
+            text_turn("Two files"),  # the session's title
+        ]
+    )
+    events = chat(scripted, "pair", "read both")
+    starts = [data for name, data in events if name == "tool_start"]
+    ends = [data for name, data in events if name == "tool_end"]
+    assert [(data["call_id"], data["input"]) for data in starts] == [
+        ("call_1", "one.txt"),
+        ("call_2", "two.txt"),
+    ]
+    assert {data["call_id"]: data["output"] for data in ends} == {"call_1": "first", "call_2": "second"}
+    stored = transcript(scripted.settings, "pair")
+    assert [call.get("call_id") for call in stored[1]["tool_calls"]] == ["call_1", "call_2"]

@@ -241,7 +241,8 @@ def test_workbench_wire() -> None:
     ]
     assert stream.title == "A title"
     data = json.loads(frames[6].split("data: ", 1)[1])
-    assert data == {"type": "tool_end", "tool": "shell", "output": "a.txt", "is_error": True}
+    assert data == {"type": "tool_end", "tool": "shell", "output": "a.txt", "is_error": True, "call_id": "c1"}
+    assert json.loads(frames[5].split("data: ", 1)[1])["call_id"] == "c1"
 
 
 def test_the_inbox_watch_reports_progress_and_the_outcome() -> None:
@@ -264,3 +265,76 @@ def test_a_broken_handler_is_a_bug_not_a_run_failure() -> None:
 
     with pytest.raises(KeyError):
         run(Broken(), [TextDelta("x"), RunFinished("x", "s")])
+
+
+class FakeSubscription:
+    """A session subscription (async iterator, async context manager) over given frames; it waits
+    for ``resume`` before frame ``pause_at``, so a keep-alive moment happens there."""
+
+    def __init__(self, frames: list[dict[str, object]], pause_at: int) -> None:
+        self.frames = frames
+        self.pause_at = pause_at
+        self.resume = asyncio.Event()
+        self.closed = False
+
+    async def __aenter__(self) -> FakeSubscription:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.closed = True
+
+    def __aiter__(self) -> FakeSubscription:
+        return self
+
+    async def __anext__(self) -> dict[str, object]:  # cancel-safe, as the real one
+        if not self.frames:
+            raise StopAsyncIteration
+        if self.pause_at == 0:
+            await self.resume.wait()
+        self.pause_at -= 1
+        return self.frames.pop(0)
+
+
+def test_the_cluster_edge_is_a_translator_with_seed_names_ids_and_keepalives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clawlet.controlplane import seed_events
+    from clawlet.controlplane.seed_events import SeedEventStream, to_seed_event
+    from clawlet.events import event_to_json
+
+    monkeypatch.setattr(seed_events, "KEEPALIVE_SECONDS", 0.01)
+    events: list[Event] = [
+        TextDelta("hi"),
+        Usage(1, 2),
+        ToolStart("shell", "ls", "c1"),
+        RunFinished("hi", "s"),
+    ]
+    frames: list[dict[str, object]] = [
+        {"id": 10 + n, "seq": n, "data": event_to_json(event)} for n, event in enumerate(events)
+    ]
+    frames.insert(1, {"id": 99, "seq": 99, "data": {"kind": "NotAnEvent"}})
+    subscription = FakeSubscription(frames, pause_at=2)
+    stream = SeedEventStream()
+    assert isinstance(stream, EventStream) and isinstance(stream, SseEventStream)
+
+    async def collect() -> list[str]:
+        items: list[str] = []
+        async for item in stream.transform(stream.follow(subscription)):  # type: ignore[arg-type]
+            items.append(item)
+            if item == KEEPALIVE:
+                subscription.resume.set()
+        return items
+
+    items = asyncio.run(collect())
+    assert items[1] == KEEPALIVE
+    sent = [item for item in items if item != KEEPALIVE]
+    assert [item.split("\n", 1)[0] for item in sent] == ["id: 10", "id: 12", "id: 13"]
+    data = [json.loads(item.split("data: ", 1)[1]) for item in sent]
+    assert data == [
+        {"seq": 0, "type": "text_chunk", "content": "hi"},
+        {"seq": 2, **(to_seed_event(events[2]) or {})},
+        {"seq": 3, "type": "execution_complete", "content": "hi"},
+    ]
+    assert data[1]["type"] == "tool_call_start" and data[1]["call_id"] == "c1"
+    assert subscription.closed
+    assert isinstance(stream.end, RunFinished)

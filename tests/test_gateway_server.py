@@ -860,9 +860,11 @@ async def test_abort_while_waiting_cancels_the_approval(
         busy = await approver.request(
             "chat.send", {"sessionKey": key, "message": "again", "idempotencyKey": "ab2"}
         )
-        assert busy["error"]["code"] == "UNAVAILABLE" and busy["error"]["details"] == {
-            "pending": [approval_id]
-        }
+        assert busy["error"]["code"] == "UNAVAILABLE" and busy["error"].get("retryable") is not True
+        # the one mapping of session refusals (api.session_errors), the pending item in its one shape
+        [pending] = busy["error"]["details"]["pending"]
+        assert pending["approval_id"] == approval_id and pending["kind"] == "tool" and pending["call_id"]
+        assert "exec.approval.resolve" in busy["error"]["message"]
         assert await approver.ok("chat.abort", {"sessionKey": key}) == {
             "ok": True,
             "aborted": True,
@@ -1070,3 +1072,19 @@ async def test_handshake_timeout(settings: Settings) -> None:
     silent = MemoryTransport()
     await asyncio.wait_for(server.handle(silent), TIMEOUT)
     assert silent.sent[0]["event"] == "connect.challenge" and silent.closed == (1008, "connect timeout")
+
+
+async def test_a_corrupt_transcript_is_refused_with_the_one_mapping(
+    server: LiveServer, settings: Settings, schema: ProtocolSchema
+) -> None:
+    (settings.paths.sessions / "broken.json").write_text("{not json", encoding="utf-8")
+    async with gateway(server, schema) as client:
+        for method, params in (
+            ("chat.history", {"sessionKey": "agent:main:broken"}),
+            ("chat.send", {"sessionKey": "agent:main:broken", "message": "hi", "idempotencyKey": "b1"}),
+        ):
+            refused = await client.request(method, params)
+            assert refused["ok"] is False and refused["error"]["code"] == "UNAVAILABLE", refused
+            # api.session_errors' message: which file, and that it was left alone
+            assert "sessions/broken.json is not a valid session file" in refused["error"]["message"], refused
+    assert (settings.paths.sessions / "broken.json").read_text(encoding="utf-8") == "{not json"

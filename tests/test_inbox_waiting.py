@@ -98,8 +98,10 @@ def test_a_question_waits_and_the_answer_resumes_the_same_run(server: LiveServer
             "kind": "question",
             "approvalId": item["approvalId"],
             "question": "which colour do you like?",
+            "callId": item["callId"],
             "allowedDecisions": ["answer", "reject"],
         }
+        assert item["callId"]  # the pending item's one shape, camelCased (engine.approvals.pending_to_json)
         assert "completedAt" not in waiting
         asked = messages(client, task_id)
         assert [m["senderType"] for m in asked] == ["user", "agent"]
@@ -168,6 +170,7 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer, settings: Settin
         assert item["kind"] == "tool" and item["tool"] == "terminal"
         assert item["args"] == {"command": COMMAND} and item["input"] == COMMAND
         assert item["allowedDecisions"] == ["approve", "reject"]
+        assert item["callId"] and item["description"]
         question = messages(client, task_id)[-1]
         assert question["senderType"] == "agent"
         assert question["content"].startswith(f"Running `{COMMAND}` in the terminal.\n\n")
@@ -402,3 +405,33 @@ def test_a_run_stopped_between_its_pause_and_the_status_change_waits_after_a_res
         decide(client, task["id"], task["waitingFor"][0]["approvalId"], decision="answer", message="left")
         wait_status(client, task["id"], "completed")
         assert messages(client, task["id"])[-1]["content"] == "[demo] You answered: left"
+
+
+def test_session_refusals_are_the_one_mapping_in_the_inbox_format() -> None:
+    from clawlet.api.session_errors import session_error
+    from clawlet.engine.approvals import InvalidDecision
+    from clawlet.events import ApprovalRequested
+    from clawlet.inbox.backends import refused
+    from clawlet.inbox.models import Task
+    from clawlet.runtime.base import RuntimeError_
+    from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
+
+    task = Task("01TASK", "main", "t", False, "running", 1, 1)
+    session = task_session_name(task.id)
+    pending = [ApprovalRequested("ap1", "terminal", {"command": "ls"}, "c1", "ls")]
+    refusals: list[Exception] = [
+        SessionBusy(session),
+        SessionWaiting(session, list(pending)),
+        ApprovalDecided("ap1", "approve"),
+        ApprovalNotFound("ap9"),
+        InvalidDecision("no"),
+        RuntimeError_("gone"),
+    ]
+    for exc in refusals:
+        outcome = refused(exc, task, "ap1")
+        assert outcome.state == "error" and outcome.text == ""
+        assert outcome.error is not None and outcome.error.startswith(
+            session_error(exc, session, "ap1").message.split(";")[0]
+        )
+    waiting = refused(SessionWaiting(session, list(pending)), task).error or ""
+    assert f"/api/v1/tasks/{task.id}/approvals/" in waiting and "/api/sessions/" not in waiting

@@ -23,7 +23,7 @@ The SSE encoding and the SSE base are :mod:`clawlet.api.event_stream`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Generic, TypeVar, assert_never
 
 from clawlet.events import (
@@ -69,24 +69,28 @@ class EventStream(ABC, Generic[T]):
         for item in self.before_stream():
             yield item
         source = aiter(events)
-        while True:
-            try:
-                event = await anext(source)
-            except StopAsyncIteration:
-                break
-            except Exception as exc:  # the source broke: that is the run's failure
-                if self.end is None:
-                    for item in self.handle(RunFailed(f"{type(exc).__name__}: {exc}", "")):
+        try:
+            while True:
+                try:
+                    event = await anext(source)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # the source broke: that is the run's failure
+                    if self.end is None:
+                        for item in self.handle(RunFailed(f"{type(exc).__name__}: {exc}", "")):
+                            yield item
+                    break
+                if event is None:
+                    for item in self.on_keepalive():
                         yield item
-                break
-            if event is None:
-                for item in self.on_keepalive():
+                    continue
+                for item in self.handle(event):
                     yield item
-                continue
-            for item in self.handle(event):
-                yield item
-            if self.end is not None and self.stop_at_end:
-                break
+                if self.end is not None and self.stop_at_end:
+                    break
+        finally:  # the wire stopped early (or the run ended): let the source clean up now, not at GC
+            if isinstance(source, AsyncGenerator):
+                await source.aclose()
         for item in self.after_stream():
             yield item
 

@@ -183,11 +183,11 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingR
         raise ApiError(400, "unknown_tool", str(exc), {"param": exc.param}) from exc
     prompt = attach_files(services, body.prompt, body.files)
     session_id = body.session_id or uuid.uuid4().hex
-    context = RunContext(
-        allowed_tools=frozenset(body.allowed_tools) if body.allowed_tools is not None else None,
-        disallowed_tools=frozenset(body.disallowed_tools or ()),
+    context = RunContext.for_edge(
+        skip_permissions=body.skip_permissions,
+        allowed_tools=body.allowed_tools,
+        disallowed_tools=body.disallowed_tools,
         extra_system_prompt=body.system_prompt or "",
-        approval_mode="allow" if body.skip_permissions else "deny",
     )
     resolved = await services.engine.resolve_context(context)
     try:

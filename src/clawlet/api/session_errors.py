@@ -1,8 +1,12 @@
-"""Why the session manager refused to start or continue a run, as every HTTP edge reports it.
+"""Why the session manager refused to start or continue a run, as every surface reports it.
 
 :func:`session_error` maps each refusal (:data:`SESSION_ERRORS`) to one :class:`ApiError` (status,
-code, message, details); the workbench and the native endpoint raise it as it is, chat
-completions renders it in OpenAI's format (:func:`clawlet.api.openai.errors.openai_api_error`).
+code, message, details): the one mapping every surface shares, each rendering it in its own error
+format. The workbench and the native endpoint raise it as it is, chat completions renders it in
+OpenAI's format (:func:`clawlet.api.openai.errors.openai_api_error`), the gateway as an ``ok:false``
+response (``clawlet.gateway.server``), the inbox as a failed task's message
+(``clawlet.inbox.backends``). A pending item in ``details`` has its one JSON shape
+(:func:`~clawlet.engine.approvals.pending_to_json`).
 """
 
 from __future__ import annotations
@@ -34,20 +38,24 @@ def corrupt_error(session_id: str) -> ApiError:
     )
 
 
-def session_error(exc: Exception, session_id: str, approval_id: str = "") -> ApiError:
+def session_error(exc: Exception, session_id: str, approval_id: str = "", decide: str = "") -> ApiError:
     """The error to answer ``exc`` (one of :data:`SESSION_ERRORS`) with; ``approval_id`` is the
-    item a decision was sent for."""
+    item a decision was sent for; ``decide`` says how the surface decides a waiting session's items
+    (default: the HTTP API's way)."""
     match exc:
         case InvalidSessionId():
             return ApiError(422, "invalid_request", str(exc), [{"field": "session_id", "message": str(exc)}])
         case SessionCorrupt():
             return corrupt_error(session_id)
         case SessionWaiting():
+            how = (
+                decide
+                or f"decide it (POST /api/sessions/{session_id}/approvals/<approval_id>) or cancel it first"
+            )
             return ApiError(
                 409,
                 "session_waiting",
-                f"session {session_id!r} is waiting for a decision; decide it "
-                f"(POST /api/sessions/{session_id}/approvals/<approval_id>) or cancel it first",
+                f"session {session_id!r} is waiting for a decision; {how}",
                 {"pending": [pending_to_json(item) for item in exc.pending]},
             )
         case SessionBusy():

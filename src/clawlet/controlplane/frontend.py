@@ -21,7 +21,7 @@
   /api/cluster/sessions/{session_id}/events?workspace=&after=`` — the session's events as the
   execution plane sent them, in the seed's vocabulary (seed 001 §7.4: ``text_chunk``,
   ``tool_call_start``, …, each with the ``seq`` the execution plane gave it): the one place where
-  clawlet's events get the seed's names (:func:`clawlet.controlplane.seed_events.to_seed_event`; events
+  clawlet's events get the seed's names (:class:`clawlet.controlplane.seed_events.SeedEventStream`; events
   without one are left out), as SSE until the session stops; 404 for a session the user never
   started. The events come from the control plane's durable event log
   (:mod:`clawlet.controlplane.event_log`); the SSE ``id`` is the event's ``n`` in that log, so
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
@@ -53,17 +52,14 @@ from starlette.types import Receive, Scope, Send
 
 from clawlet.api.app import is_guarded, refuse
 from clawlet.api.errors import ApiError, install_error_handlers
-from clawlet.api.event_stream import KEEPALIVE
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.static import install_static
 from clawlet.config import Settings
 from clawlet.controlplane.api_proxy import TunnelProxy
-from clawlet.controlplane.seed_events import seed_event
+from clawlet.controlplane.seed_events import SeedEventStream
 from clawlet.controlplane.server import (
     ControlPlane,
     ControlPlaneConfig,
-    RoutingError,
-    SessionEvent,
     SessionForbidden,
     SessionNotFound,
     create_control_plane_app,
@@ -72,7 +68,6 @@ from clawlet.controlplane.server import (
 log = logging.getLogger(__name__)
 
 CLUSTER_API: Final = "/api/cluster/"
-KEEPALIVE_SECONDS: Final = 15.0
 
 
 def bearer_token(scope: Scope) -> str | None:
@@ -144,25 +139,8 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
             subscription.close()
             raise
 
-        async def frames() -> AsyncIterator[str]:
-            async with subscription:
-                iterator = subscription.__aiter__()
-                while True:
-                    try:
-                        event: SessionEvent = await asyncio.wait_for(iterator.__anext__(), KEEPALIVE_SECONDS)
-                    except TimeoutError:
-                        yield KEEPALIVE
-                        continue
-                    except (StopAsyncIteration, RoutingError):
-                        return
-                    seed = seed_event(event["data"])
-                    if seed is None:  # no seed name (RunStarted, Usage, NewSegment, …)
-                        continue
-                    data = {"seq": event["seq"], **seed}
-                    yield f"id: {event['id']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+        stream = SeedEventStream()
+        return stream.response(stream.follow(subscription), {})
 
     return app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +48,38 @@ class RunContext:
     images: tuple[Image, ...] = ()
     client_tools: tuple[ClientTool, ...] = ()
     tool_choice: str = "auto"
+
+    @classmethod
+    def for_edge(
+        cls,
+        *,
+        can_ask: bool = False,
+        skip_permissions: bool = False,
+        allowed_tools: Iterable[str] | None = None,
+        disallowed_tools: Iterable[str] | None = None,
+        extra_system_prompt: str = "",
+        sampling: Sampling = NO_SAMPLING,
+        response_format: ResponseFormat | None = None,
+        images: tuple[Image, ...] = (),
+        client_tools: tuple[ClientTool, ...] = (),
+        tool_choice: str = "auto",
+    ) -> RunContext:
+        """The context a protocol edge (workbench, inbox, gateway, ``/v1``, ``/api/agent``) starts a
+        turn with, built one way for all: ``approval_mode`` is ``allow`` when the client skips
+        permissions (``dangerously-skip-permissions``), else ``ask`` when the edge can show the
+        question and resume the run (``can_ask``), else ``deny``; ``allowed_tools`` ``None`` means
+        every tool; the rest is the client's turn options as sent."""
+        return cls(
+            allowed_tools=frozenset(allowed_tools) if allowed_tools is not None else None,
+            disallowed_tools=frozenset(disallowed_tools or ()),
+            extra_system_prompt=extra_system_prompt,
+            approval_mode="allow" if skip_permissions else "ask" if can_ask else "deny",
+            sampling=sampling,
+            response_format=response_format,
+            images=images,
+            client_tools=client_tools,
+            tool_choice=tool_choice,
+        )
 
     @property
     def may_pause(self) -> bool:

@@ -58,10 +58,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from clawlet import __version__
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.config import Settings
 from clawlet.engine import compression
 from clawlet.engine.approvals import Decision, InvalidDecision
-from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.context import RunContext
 from clawlet.event_stream import EventStream
 from clawlet.events import (
     ApprovalRequested,
@@ -128,7 +129,7 @@ from clawlet.gateway.protocol import (
 )
 from clawlet.logs import LOG_RING
 from clawlet.runtime.base import RuntimeError_
-from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
+from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
     CompressionConflict,
@@ -195,8 +196,6 @@ SERVER_EVENTS = (
     session_admin.EVENT_SESSIONS_CHANGED,
     *wire.APPROVAL_EVENTS,
 )
-ASK_CONTEXT = RunContext(approval_mode="ask")
-"""Turns of connections that can answer approvals may pause for them."""
 
 MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 """``policy.maxBufferedBytes``: a peer this far behind (UTF-8 bytes queued) is dropped as a slow
@@ -286,6 +285,20 @@ def screen_request(frame: dict[str, Any], text: str | bytes) -> tuple[str, Gatew
 def stable_session_id(rest: str) -> str:
     """A valid transcript id for a session key suffix that is not one already."""
     return "gw-" + hashlib.sha256(rest.encode("utf-8")).hexdigest()[:32]
+
+
+def session_refused(exc: Exception, session_id: str) -> GatewayError:
+    """The ``ok:false`` answer for a refusal of the session manager (the one mapping,
+    :func:`~clawlet.api.session_errors.session_error`): ``INVALID_REQUEST`` for a bad request,
+    else ``UNAVAILABLE``, retryable while the session is busy answering."""
+    decide = "decide it (exec.approval.resolve) or chat.abort first"
+    error = session_error(exc, session_id, decide=decide)
+    return GatewayError(
+        INVALID_REQUEST if error.status == 422 else UNAVAILABLE,
+        error.message,
+        error.details if isinstance(error.details, dict) else None,
+        retryable=True if error.code == "session_busy" else None,
+    )
 
 
 def session_id_for(rest: str) -> str:
@@ -1086,27 +1099,16 @@ class GatewayServer:
         """Start a turn in the target session and stream its events to every reader."""
         # Reserved before the first await that starts the run, so a concurrent resend is deduplicated.
         self._remember(idempotency_key, target.key)
-        context = ASK_CONTEXT if wire.asks(conn.scopes, conn.caps) else DEFAULT_CONTEXT
+        # turns of connections that can answer approvals may pause for them
+        context = RunContext.for_edge(can_ask=wire.asks(conn.scopes, conn.caps))
         try:
             run = await target.services.sessions.start_turn(
                 target.session_id, message, title=False, context=context
             )
         except BaseException as exc:
             self._idempotency.pop(idempotency_key, None)
-            if isinstance(exc, SessionWaiting):
-                raise GatewayError(
-                    UNAVAILABLE,
-                    f"session {target.key} waits for approval decisions; decide them or chat.abort first",
-                    {"pending": [item.approval_id for item in exc.pending]},
-                ) from exc
-            if isinstance(exc, SessionBusy):
-                raise GatewayError(
-                    UNAVAILABLE, f"session {target.key} is still answering; retry later", retryable=True
-                ) from exc
-            if isinstance(exc, SessionCorrupt):
-                raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
-            if isinstance(exc, RuntimeError_):
-                raise GatewayError(UNAVAILABLE, f"the run could not start: {exc}") from exc
+            if isinstance(exc, SESSION_ERRORS):
+                raise session_refused(exc, target.session_id) from exc
             raise
         gateway_run = GatewayRun(idempotency_key, target, run)
         self.runs[idempotency_key] = gateway_run
@@ -1384,7 +1386,7 @@ class GatewayServer:
         except SessionNotFound:
             return None
         except SessionCorrupt as exc:
-            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+            raise session_refused(exc, target.session_id) from exc
         item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
         return self._session_row(target.agent_id, target.services, item)
 
@@ -1541,7 +1543,7 @@ class GatewayServer:
         except compression.SummaryFailed as exc:
             raise GatewayError(UNAVAILABLE, str(exc)) from exc
         except SessionCorrupt as exc:
-            raise GatewayError(UNAVAILABLE, f"session {target.key} has a corrupt transcript") from exc
+            raise session_refused(exc, target.session_id) from exc
         return self._mutated(target, None, "compact") | {
             "compacted": True,
             "archivedCount": done.archived_count,
@@ -1962,7 +1964,7 @@ def _history(store: TranscriptStore, session_id: str) -> list[dict[str, Any]]:
     except SessionNotFound:
         return []
     except SessionCorrupt as exc:
-        raise GatewayError(UNAVAILABLE, f"session {session_id} has a corrupt transcript") from exc
+        raise session_refused(exc, session_id) from exc
     merged: list[StoredMessage] = []
     for message in data["messages"]:
         role = message.get("role")

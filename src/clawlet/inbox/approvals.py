@@ -7,8 +7,8 @@ agent asks the user a question (``ask_user``); the task then moves to ``waiting`
 - the question becomes the agent's message in the task (:func:`waiting_message`): for a tool, which
   tool and what it would run, phrased as a question; for a question, the question itself;
 - the Task JSON carries ``waitingFor`` (:func:`pending_json`): each pending item with its
-  ``approvalId`` and ``kind`` (``tool`` or ``question``), so a client can offer Approve / Reject or
-  an answer box;
+  ``approvalId``, ``callId`` and ``kind`` (``tool`` or ``question``), so a client can offer
+  Approve / Reject or an answer box;
 - a decision (``POST /api/v1/tasks/{id}/approvals/{approvalId}``) or a plain follow-up message
   (:func:`reply_decision`) resumes the paused turn (``waiting → running``); the user's side of it is
   saved as the user's message (:func:`decision_message`).
@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from clawlet.engine.approvals import Decision
+from clawlet.engine.approvals import Decision, pending_to_json
 from clawlet.events import ApprovalRequested, Pending, QuestionAsked
 
 InboxDecision = Literal["approve", "reject", "answer"]
@@ -65,22 +65,17 @@ def allowed_decisions(item: Pending) -> tuple[InboxDecision, ...]:
 
 
 def pending_json(item: Pending) -> dict[str, Any]:
-    """One item of a task's ``waitingFor`` (camelCase, like the rest of the inbox API)."""
-    if isinstance(item, QuestionAsked):
-        return {
-            "kind": "question",
-            "approvalId": item.approval_id,
-            "question": item.question,
-            "allowedDecisions": list(QUESTION_DECISIONS),
-        }
-    return {
-        "kind": "tool",
-        "approvalId": item.approval_id,
-        "tool": item.tool,
-        "args": item.args,
-        "input": item.input,
-        "allowedDecisions": list(TOOL_DECISIONS),
-    }
+    """One item of a task's ``waitingFor``: the one JSON shape of a pending item
+    (:func:`~clawlet.engine.approvals.pending_to_json`) in camelCase, like the rest of the inbox
+    API, with the decisions the inbox offers."""
+    data = {_camel(key): value for key, value in pending_to_json(item).items()}
+    data["allowedDecisions"] = list(allowed_decisions(item))
+    return data
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.capitalize() for word in rest)
 
 
 def _fenced(text: str) -> str:

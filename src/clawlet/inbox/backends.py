@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from clawlet.engine.approvals import Decision, InvalidDecision
+from clawlet.api.session_errors import SESSION_ERRORS, session_error
+from clawlet.engine.approvals import Decision
 from clawlet.engine.context import RunContext
 from clawlet.event_stream import EventStream
 from clawlet.events import (
@@ -44,8 +45,7 @@ from clawlet.events import (
 from clawlet.gateway.protocol import GatewayError, session_key
 from clawlet.inbox.models import Task
 from clawlet.inbox.reconcile import reply_after
-from clawlet.runtime.base import RuntimeError_
-from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy, SessionWaiting
+from clawlet.runtime.manager import Run, SessionWaiting
 
 if TYPE_CHECKING:
     from clawlet.gateway.client import GatewayClient
@@ -61,7 +61,7 @@ RECONCILE_POLL = 2.0
 """While a reply is awaited in the transcript, it is read again at least this often (seconds),
 besides after every run of the session that ends and every reconnect."""
 
-INBOX_CONTEXT = RunContext(approval_mode="ask")
+INBOX_CONTEXT = RunContext.for_edge(can_ask=True)
 """Inbox turns may pause: the inbox shows the question and the user's reply resumes the run."""
 
 
@@ -82,6 +82,15 @@ def task_session_name(task_id: str) -> str:
 
 def task_session_key(task: Task) -> str:
     return session_key(task.agent_id, task_session_name(task.id))
+
+
+def refused(exc: Exception, task: Task, approval_id: str = "") -> Outcome:
+    """The failed run a refusal of the session manager (one of
+    :data:`~clawlet.api.session_errors.SESSION_ERRORS`) is to the task: the one mapping's message
+    (:func:`~clawlet.api.session_errors.session_error`)."""
+    decide = f"decide it (POST /api/v1/tasks/{task.id}/approvals/<approvalId>) or cancel the task first"
+    error = session_error(exc, task_session_name(task.id), approval_id, decide=decide)
+    return Outcome("error", "", error.message)
 
 
 class ExecutionBackend(Protocol):
@@ -212,8 +221,8 @@ class LocalBackend:
         except SessionWaiting as exc:
             # the conversation waits already (decided elsewhere than the inbox knew): ask again
             return Outcome("waiting", "", pending=tuple(exc.pending))
-        except SessionBusy:
-            return Outcome("error", "", "the agent is still answering an earlier message in this task")
+        except SESSION_ERRORS as exc:
+            return refused(exc, task)
         return await self._watch(task, run, on_text)
 
     async def resume(
@@ -230,16 +239,8 @@ class LocalBackend:
         services = self._services(task.agent_id)
         try:
             run = await services.sessions.resume(task_session_name(task.id), approval_id, decision)
-        except ApprovalDecided as exc:
-            return Outcome("error", "", f"this was already decided ({exc.decision}); nothing was run")
-        except ApprovalNotFound:
-            return Outcome("error", "", "the agent no longer waits for this; send a message to go on")
-        except InvalidDecision as exc:
-            return Outcome("error", "", f"the decision was refused: {exc}")
-        except SessionBusy:
-            return Outcome("error", "", "the agent is still answering an earlier message in this task")
-        except RuntimeError_ as exc:
-            return Outcome("error", "", f"the paused run cannot continue: {exc}")
+        except SESSION_ERRORS as exc:
+            return refused(exc, task, approval_id)
         return await self._watch(task, run, on_text)
 
     async def _watch(self, task: Task, run: Run, on_text: ProgressCallback) -> Outcome:

@@ -205,6 +205,71 @@ describe('the reducer with approvals', () => {
     expect(s.waiting).toEqual({ a: true })
   })
 
+  it('pairs two calls of one tool in one message by call_id, whatever their order or input', () => {
+    const second: PendingTool = { ...TOOL, approval_id: 'ap2', call_id: 'call_b' }
+    const { kind: _k, ...secondFields } = second
+    let s = run(
+      base(),
+      ev({ type: 'tool_start', tool: 'terminal', input: 'echo hi >> a.txt', call_id: 'call_a' }),
+      ev({ type: 'tool_start', tool: 'terminal', input: 'echo hi >> a.txt', call_id: 'call_b' }),
+      ev({ type: 'approval_required', ...secondFields }),
+    )
+    // the card belongs to the second call although both have the same tool and input
+    expect(s.messages[1].toolCalls.map((c) => !!c.awaiting)).toEqual([false, true])
+    s = run(
+      s,
+      ev({ type: 'tool_end', tool: 'terminal', output: 'ran a', call_id: 'call_a' }),
+      { type: 'decide_start', approvalId: 'ap2', decision: { decision: 'approve' } },
+      ev({ type: 'tool_end', tool: 'terminal', output: 'ran b', call_id: 'call_b' }),
+    )
+    expect(s.messages[1].toolCalls.map((c) => [c.callId, c.output, c.done])).toEqual([
+      ['call_a', 'ran a', true],
+      ['call_b', 'ran b', true],
+    ])
+    // results in the reverse order of the calls still go to their own call
+    const reversed = run(
+      base(),
+      ev({ type: 'tool_start', tool: 'read_file', input: 'one.txt', call_id: 'c1' }),
+      ev({ type: 'tool_start', tool: 'read_file', input: 'two.txt', call_id: 'c2' }),
+      ev({ type: 'tool_end', tool: 'read_file', output: 'second', call_id: 'c2' }),
+      ev({ type: 'tool_end', tool: 'read_file', output: 'first', call_id: 'c1' }),
+    )
+    expect(reversed.messages[1].toolCalls.map((c) => [c.input, c.output])).toEqual([
+      ['one.txt', 'first'],
+      ['two.txt', 'second'],
+    ])
+  })
+
+  it('a stored transcript pairs a pending item with its call by call_id', () => {
+    const second: PendingTool = { ...TOOL, approval_id: 'ap2', call_id: 'call_b' }
+    const history = {
+      id: 'a',
+      title: '',
+      created_at: 1,
+      updated_at: 1,
+      message_count: 2,
+      compressed_context: '',
+      running: false,
+      waiting: true,
+      messages: [
+        { role: 'user', content: 'go' },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [
+            { tool: 'terminal', input: 'echo hi >> a.txt', output: '', call_id: 'call_b' },
+            { tool: 'terminal', input: 'echo hi >> a.txt', output: '', call_id: 'call_a' },
+          ],
+        },
+      ],
+    }
+    const messages = historyToMessages(history, [second])
+    expect(messages[1].toolCalls.map((c) => [c.callId, !!c.awaiting])).toEqual([
+      ['call_b', true],
+      ['call_a', false],
+    ])
+  })
+
   it('cancelling the waiting turn closes its cards', () => {
     const s = run(paused(), { type: 'waiting_cancelled', sessionId: 'a' })
     expect(s.waiting).toEqual({})

@@ -108,8 +108,17 @@ function hasCard(messages: ChatMessage[], approvalId: string): boolean {
   return messages.some((m) => (m.approvals ?? []).some((c) => c.item.approval_id === approvalId))
 }
 
-/** The awaiting call a pending item paused: same tool, preferably the same input; -1 if none. */
+/** The call with this call id that `usable` accepts; -1 if there is no id or no such call. */
+function callById(calls: ToolCallView[], callId: string | undefined, usable: (call: ToolCallView) => boolean): number {
+  if (!callId) return -1
+  return calls.findIndex((call) => call.callId === callId && usable(call))
+}
+
+/** The awaiting call a pending item paused: the one with its call id, else the same tool,
+ * preferably the same input; -1 if none. */
 function awaitingCall(calls: ToolCallView[], item: PendingItem): number {
+  const byId = callById(calls, item.call_id, (call) => !!call.awaiting)
+  if (byId !== -1) return byId
   const tool = pendingTool(item)
   const input = item.kind === 'tool' ? item.input : item.question
   let fallback = -1
@@ -121,13 +130,14 @@ function awaitingCall(calls: ToolCallView[], item: PendingItem): number {
   return fallback
 }
 
-/** Mark the call a pending item paused: an unfinished call of that tool, preferably with the
- * same input, else the last one. */
+/** Mark the call a pending item paused: the one with its call id, else an unfinished call of
+ * that tool, preferably with the same input, else the last one. */
 function markAwaiting(calls: ToolCallView[], item: PendingItem): ToolCallView[] {
   const tool = pendingTool(item)
   const input = item.kind === 'tool' ? item.input : item.question
+  const byId = callById(calls, item.call_id, (call) => !call.done && !call.awaiting)
   let index = -1
-  for (let i = calls.length - 1; i >= 0; i--) {
+  for (let i = calls.length - 1; i >= 0 && byId === -1; i--) {
     if (calls[i].tool !== tool || calls[i].done || calls[i].awaiting) continue
     if (calls[i].input === input) {
       index = i
@@ -135,6 +145,7 @@ function markAwaiting(calls: ToolCallView[], item: PendingItem): ToolCallView[] 
     }
     if (index === -1) index = i
   }
+  if (byId !== -1) index = byId
   if (index === -1) return calls
   const copy = calls.slice()
   copy[index] = { ...calls[index], awaiting: true }
@@ -179,7 +190,9 @@ function attachPending(messages: ChatMessage[], pending: PendingItem[]): ChatMes
         .map((c, index) => ({ c, index }))
         .filter(({ c }) => c.tool === tool && !c.output && !c.awaiting)
       const best =
-        candidates.filter(({ c }) => item.kind !== 'tool' || c.input === item.input).pop() ?? candidates.pop()
+        candidates.find(({ c }) => !!item.call_id && c.callId === item.call_id) ??
+        candidates.filter(({ c }) => item.kind !== 'tool' || c.input === item.input).pop() ??
+        candidates.pop()
       if (best) {
         target = i
         call = best.index
@@ -231,6 +244,8 @@ export function historyToMessages(history: SessionHistory, pending: PendingItem[
         tool: call.tool,
         input: call.input,
         output: call.output,
+        ...(call.call_id ? { callId: call.call_id } : {}),
+        ...(call.is_error ? { isError: true } : {}),
         done: true,
       })),
       retrievals: [],
@@ -273,7 +288,10 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
         ...state,
         messages: updateLastAssistant(state.messages, (m) => ({
           ...m,
-          toolCalls: [...m.toolCalls, { tool: event.tool, input: event.input, done: false }],
+          toolCalls: [
+            ...m.toolCalls,
+            { tool: event.tool, input: event.input, ...(event.call_id ? { callId: event.call_id } : {}), done: false },
+          ],
         })),
       }
     case 'tool_end':
@@ -281,9 +299,11 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
         ...state,
         messages: updateLastAssistant(state.messages, (m) => {
           const calls = m.toolCalls.slice()
-          // the last unfinished call of that tool, one still awaiting a decision only if no other
+          // the unfinished call with its call id; else (an older server) the last unfinished call
+          // of that tool, one still awaiting a decision only if no other
+          const byId = callById(calls, event.call_id, (call) => !call.done)
           let index = -1
-          for (let i = calls.length - 1; i >= 0; i--) {
+          for (let i = calls.length - 1; i >= 0 && byId === -1; i--) {
             if (!calls[i].done && calls[i].tool === event.tool) {
               if (!calls[i].awaiting) {
                 index = i
@@ -292,8 +312,16 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
               if (index === -1) index = i
             }
           }
+          if (byId !== -1) index = byId
           if (index === -1) {
-            calls.push({ tool: event.tool, input: '', output: event.output, isError: !!event.is_error, done: true })
+            calls.push({
+              tool: event.tool,
+              input: '',
+              ...(event.call_id ? { callId: event.call_id } : {}),
+              output: event.output,
+              isError: !!event.is_error,
+              done: true,
+            })
           } else {
             const { awaiting: _awaiting, ...call } = calls[index]
             calls[index] = { ...call, output: event.output, isError: !!event.is_error, done: true }

@@ -14,6 +14,9 @@ export interface StoredToolCall {
   tool: string
   input: string
   output: string
+  /** the model's id for the call: pairs it with a pending approval */
+  call_id?: string
+  is_error?: boolean
 }
 
 export interface StoredMessage {
@@ -136,8 +139,8 @@ export interface Decision {
 export type ChatEvent =
   | { type: 'retrieval'; query: string; results: RetrievalResult[] }
   | { type: 'token'; content: string }
-  | { type: 'tool_start'; tool: string; input: string }
-  | { type: 'tool_end'; tool: string; output: string; is_error?: boolean }
+  | { type: 'tool_start'; tool: string; input: string; call_id?: string }
+  | { type: 'tool_end'; tool: string; output: string; is_error?: boolean; call_id?: string }
   | { type: 'new_response' }
   | { type: 'done'; content: string; session_id: string; cancelled?: boolean }
   | { type: 'title'; session_id: string; title: string }
@@ -149,6 +152,9 @@ export type ChatEvent =
 export interface ToolCallView {
   tool: string
   input: string
+  /** the model's id for the call (tool_start, tool_end and a pending item carry it; absent from
+   * older servers, which are paired by tool name and input instead) */
+  callId?: string
   output?: string
   isError?: boolean
   done: boolean

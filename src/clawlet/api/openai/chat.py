@@ -343,11 +343,11 @@ async def start_agent_turn(
             param="messages",
         )
     session_id = options.session_id or f"oai-{uuid.uuid4().hex}"
-    context = RunContext(
-        allowed_tools=frozenset(options.allowed_tools) if options.allowed_tools is not None else None,
-        disallowed_tools=frozenset(options.disallowed_tools or ()),
+    context = RunContext.for_edge(
+        skip_permissions=options.skip_permissions,
+        allowed_tools=options.allowed_tools,
+        disallowed_tools=options.disallowed_tools,
         extra_system_prompt=system_prompt,
-        approval_mode="allow" if options.skip_permissions else "deny",
         sampling=sampling,
         client_tools=client_tools,
         tool_choice=choice,

@@ -33,7 +33,7 @@ from clawlet.sessions.store import InvalidSessionId, validate_session_id
 router = APIRouter()
 
 MAX_MESSAGE_CHARS = 100_000
-WORKBENCH_CONTEXT = RunContext(approval_mode="ask")
+WORKBENCH_CONTEXT = RunContext.for_edge(can_ask=True)
 """The workbench can show approval cards and questions, so its turns ask."""
 
 

@@ -1,7 +1,8 @@
 """The workbench's wire format (seed 000): a run's events as named SSE events.
 
 ``token`` (answer text), ``thinking`` (reasoning the model streams apart from its answer),
-``retrieval``, ``tool_start``, ``tool_end``, ``new_response`` (a new assistant bubble),
+``retrieval``, ``tool_start``, ``tool_end`` (each with the call's ``call_id``, which pairs them and
+an approval with its call), ``new_response`` (a new assistant bubble),
 ``approval_required`` / ``question`` (the run pauses for the user), ``title``, and the run's end:
 ``done`` (with ``cancelled`` when it was stopped), ``waiting`` (paused: what it waits for) or
 ``error``. Clients ignore event types they do not know.
@@ -56,10 +57,17 @@ class WorkbenchStream(SseEventStream):
         return (sse_frame("retrieval", {"query": event.query, "results": event.results}),)
 
     def on_tool_start(self, event: ToolStart) -> Iterable[str]:
-        return (sse_frame("tool_start", {"tool": event.tool, "input": event.input}),)
+        return (
+            sse_frame("tool_start", {"tool": event.tool, "input": event.input, "call_id": event.call_id}),
+        )
 
     def on_tool_end(self, event: ToolEnd) -> Iterable[str]:
-        data = {"tool": event.tool, "output": event.output, "is_error": event.is_error}
+        data = {
+            "tool": event.tool,
+            "output": event.output,
+            "is_error": event.is_error,
+            "call_id": event.call_id,
+        }
         return (sse_frame("tool_end", data),)
 
     def on_new_segment(self, event: NewSegment) -> Iterable[str]:

@@ -34,9 +34,12 @@ export interface ToolApproval {
   approvalId: string
   tool: string
   args: Record<string, unknown>
+  /** The model's id for the call the approval belongs to. */
+  callId?: string
   /** The arguments as people read them (a command, code, a path…). */
   input: string
   allowedDecisions: Decision[]
+  description?: string
 }
 
 /** A question the agent asked the user (the ask_user tool). */
@@ -44,6 +47,8 @@ export interface AgentQuestion {
   kind: 'question'
   approvalId: string
   question: string
+  /** The model's id for the ask_user call. */
+  callId?: string
   allowedDecisions: Decision[]
 }
 
