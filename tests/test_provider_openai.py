@@ -248,12 +248,18 @@ def test_tool_call_turn_runs_the_tool_and_records_segments(
         "done",
         "title",
     ]
-    assert one(events, "tool_start") == {"type": "tool_start", "tool": "terminal", "input": "echo hi"}
+    assert one(events, "tool_start") == {
+        "type": "tool_start",
+        "tool": "terminal",
+        "input": "echo hi",
+        "call_id": "call_echo_1",
+    }
     assert one(events, "tool_end") == {
         "type": "tool_end",
         "tool": "terminal",
         "output": "hi",
         "is_error": False,
+        "call_id": "call_echo_1",
     }
     names = [name for name, _ in events]
     before_tool = tokens(events[: names.index("tool_start")])
