@@ -52,6 +52,9 @@ Fields this module adds to the seed's shapes (the seed leaves them open):
   events: the control plane gives events the seed's names only at its
   ``/api/cluster/sessions/{id}/events`` edge. ``init``'s ``event_encoding`` names the encoding's
   version (:data:`INIT_EVENT_ENCODING`).
+* ``init``'s ``frames_per_line`` (:data:`INIT_FRAMES_PER_LINE`): the control plane reads several
+  frames in one WebSocket message, one per line; the execution plane then sends the frames that pile
+  up within one turn of its event loop that way.
 * The control plane must answer WebSocket pings promptly (every WebSocket library does by default):
   the client confirms delivery with them.
 * ``resume_response`` results may also be ``{status:"completed", error:{code, message}}`` (the request
