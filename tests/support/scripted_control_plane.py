@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
@@ -71,6 +71,7 @@ from clawlet.controlplane.auth import (
     issue_vm_token,
     verify_vm_token,
 )
+from tests.support.scripted_ws import ScriptedWsServer
 
 SECRET = "test-secret-for-vm-tokens-0123456789abcdef"
 
@@ -143,8 +144,10 @@ class VmConnection:
         return [f for f in self.received if f.get("type") == kind]
 
 
-class ScriptedControlPlane:
+class ScriptedControlPlane(ScriptedWsServer):
     """A fake control plane on 127.0.0.1 (ephemeral port, kept across :meth:`stop`/:meth:`start`)."""
+
+    noun = "scripted control plane"
 
     def __init__(
         self,
@@ -154,12 +157,12 @@ class ScriptedControlPlane:
         api_keys: dict[str, str] | None = None,
         auth_timeout: float = 5.0,
     ) -> None:
+        super().__init__()
         self.secret = secret
         self.tickets = tickets if tickets is not None else TicketStore()
         self.api_keys = api_keys if api_keys is not None else {"openai": "sk-test-openai-key"}
         self.init_extra: dict[str, Any] = {"org_id": "org-1", INIT_EVENT_ENCODING: EVENT_ENCODING}
         self.auth_timeout = auth_timeout
-        self.port = 0
         self.methods: dict[str, Any] = {}
         self.resume_results: (
             dict[str, ResumeResult] | Callable[[list[str]], dict[str, ResumeResult]] | None
@@ -182,8 +185,6 @@ class ScriptedControlPlane:
         self.duplicate_sse = 0
         self._seen_records: set[str] = set()
         self._sse_last: dict[tuple[str, str], int] = {}
-        self.errors: list[BaseException | None] = []
-        self._server: Server | None = None
         self._changed = asyncio.Condition()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -191,35 +192,6 @@ class ScriptedControlPlane:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}{WS_PATH}"
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    async def start(self) -> None:
-        self._server = await serve(
-            self._handle, "127.0.0.1", self.port, ping_interval=None, process_request=self._process_request
-        )
-        self.port = int(next(iter(self._server.sockets)).getsockname()[1])
-
-    async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        await server.wait_closed()
-        for conn in self.connections:
-            for task in list(conn.tasks):
-                task.cancel()
-
-    async def __aenter__(self) -> ScriptedControlPlane:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
-        await self.stop()
-        if exc_type is None:
-            assert self.errors == [], f"the scripted control plane itself failed: {self.errors!r}"
 
     # -- credentials ------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from clawlet.gateway.protocol import (
@@ -42,6 +42,7 @@ from clawlet.gateway.protocol import (
     response_error,
     response_ok,
 )
+from tests.support.scripted_ws import ScriptedWsServer
 
 
 class _Silent:
@@ -210,8 +211,10 @@ class ScriptedConnection:
         return [f for f in self.received if f.get("type") == "req" and f.get("method") == method]
 
 
-class ScriptedGateway:
+class ScriptedGateway(ScriptedWsServer):
     """A fake OpenClaw gateway on 127.0.0.1 (ephemeral port, kept across :meth:`stop`/:meth:`start`)."""
+
+    noun = "scripted gateway"
 
     def __init__(
         self,
@@ -222,6 +225,7 @@ class ScriptedGateway:
         tick_interval_ms: int = 30_000,
         challenge_delay: float = 0.0,
     ) -> None:
+        super().__init__()
         self.token = token
         self.min_protocol = min_protocol
         self.max_protocol = max_protocol
@@ -229,7 +233,6 @@ class ScriptedGateway:
         self.challenge_delay = challenge_delay
         self.before_challenge: list[tuple[str, Any]] = []
         """Events sent ahead of ``connect.challenge`` (a client must keep waiting for the challenge)."""
-        self.port = 0
         self.chat_handler: ChatHandler = echo_handler
         self.methods: dict[str, Any] = {
             "health": {"ok": True},
@@ -253,42 +256,12 @@ class ScriptedGateway:
         self.ack_delay = 0.0
         """Start the run this long before acking it (its first events then precede the ack)."""
         self.connections: list[ScriptedConnection] = []
-        self.errors: list[BaseException | None] = []
-        """Exceptions raised by scripted handlers (a test helper bug, not client behaviour)."""
-        self._server: Server | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    async def start(self) -> None:
-        self._server = await serve(self._handle, "127.0.0.1", self.port, ping_interval=None)
-        self.port = int(next(iter(self._server.sockets)).getsockname()[1])
-
-    async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        await server.wait_closed()
-        for conn in self.connections:
-            for task in list(conn.tasks):
-                task.cancel()
-
-    async def __aenter__(self) -> ScriptedGateway:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
-        await self.stop()
-        if exc_type is None:
-            assert self.errors == [], f"the scripted gateway itself failed: {self.errors!r}"
 
     # -- observations -----------------------------------------------------------------------
 
