@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from clawlet.filememo import FileMemo
 from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.secret_env import held_secrets
 from clawlet.storage import atomic_write_json, file_lock
@@ -292,6 +293,21 @@ TOOL_APPROVALS_KEY = "tool_approvals"
 SANDBOX_KEY = "sandbox"
 
 
+RUNTIME_CONFIG_FILES: FileMemo[dict[str, object]] = FileMemo()
+
+
+def _read_runtime_config(path: Path) -> dict[str, object]:
+    """A ``config.json`` as an object; ``{}`` if missing, unreadable or linked out of its home."""
+    try:
+        data = json.loads(read_text_inside(path.parent, path))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    except (UnsafePath, UnicodeDecodeError) as exc:  # a config.json linked out of the home
+        log.warning("ignoring %s: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class RuntimeConfig:
     """Switches changed at run time (RAG mode, tool approval policies) persisted atomically in
     ``config.json``.
@@ -305,14 +321,9 @@ class RuntimeConfig:
         self.parent = parent
 
     def _read(self) -> dict[str, object]:
-        try:
-            data = json.loads(read_text_inside(self.path.parent, self.path))
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        except (UnsafePath, UnicodeDecodeError) as exc:  # a config.json linked out of the home
-            log.warning("ignoring %s: %s", self.path, exc)
-            return {}
-        return data if isinstance(data, dict) else {}
+        """The file's object (a copy: writers change its top-level keys), read again only when the
+        file changed (it is read before every model call)."""
+        return dict(RUNTIME_CONFIG_FILES.get(self.path, _read_runtime_config))
 
     def get_rag_mode(self) -> bool:
         return bool(self._read().get("rag_mode", False))

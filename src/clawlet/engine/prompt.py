@@ -4,6 +4,8 @@ Order: SKILLS_SNAPSHOT.md, workspace/SOUL.md, IDENTITY.md, USER.md, AGENTS.md, m
 Each part is wrapped in its ``<!-- ... -->`` tag, capped at 20,000 characters, and parts are joined
 by a blank line. In RAG mode MEMORY.md is replaced by a note that memory arrives by retrieval.
 Files are read through the path guard (``clawlet.paths``): one that links out of the home is left out.
+A file is read again only when it changed (:class:`clawlet.filememo.FileMemo`), so assembling the
+prompt before every model call costs a few ``stat`` calls while nothing changes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from clawlet.filememo import FileMemo
 from clawlet.paths import UnsafePath, read_text_inside
 
 log = logging.getLogger(__name__)
@@ -40,25 +43,31 @@ def cap(text: str, limit: int = MAX_COMPONENT_CHARS) -> str:
     return text[:limit] + TRUNCATION_MARK
 
 
+PROMPT_FILES: FileMemo[str] = FileMemo()
+"""The prompt parts as last read (stripped and capped), per file."""
+
+
 def _read(home: Path, relative: str) -> str:
-    """A prompt file read through the path guard; "" if missing or refused (a link out of the
-    home, a file with several hard links), since whatever it names would go to the model."""
-    try:
-        return read_text_inside(home, home / relative, errors="replace")
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return ""
-    except UnsafePath as exc:
-        log.warning("leaving %s out of the system prompt: %s", relative, exc)
-        return ""
+    """A prompt file read through the path guard, stripped and capped; "" if missing or refused (a
+    link out of the home, a file with several hard links), since whatever it names would go to the
+    model."""
+
+    def read(path: Path) -> str:
+        try:
+            return cap(read_text_inside(home, path, errors="replace").strip())
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return ""
+        except UnsafePath as exc:
+            log.warning("leaving %s out of the system prompt: %s", relative, exc)
+            return ""
+
+    return PROMPT_FILES.get(home / relative, read, variant=home)
 
 
 def build_system_prompt(home: Path, rag_mode: bool = False) -> str:
     """The full system prompt for one run, read from disk now."""
     parts: list[str] = []
     for label, relative in PROMPT_COMPONENTS:
-        if relative == "memory/MEMORY.md" and rag_mode:
-            body = RAG_MEMORY_NOTE
-        else:
-            body = cap(_read(home, relative).strip())
+        body = RAG_MEMORY_NOTE if relative == "memory/MEMORY.md" and rag_mode else _read(home, relative)
         parts.append(f"<!-- {label} -->\n{body}")
     return "\n\n".join(parts)

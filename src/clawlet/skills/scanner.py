@@ -8,6 +8,9 @@ skills an OpenClaw package ships, judged the same way.
 A malformed SKILL.md is reported in the scan result and skipped; it never stops the scan.
 SKILL.md files are read through the path guard (``clawlet.paths``): a skill directory or file
 linked from outside the home, or a multiply linked SKILL.md, is reported and skipped the same way.
+A SKILL.md is read and parsed again only when it changed (:class:`clawlet.filememo.FileMemo`); its
+requirements (binaries on the PATH, environment variables, the skills config) are judged on every
+scan, so a change to any of them applies to the next model call.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from xml.sax.saxutils import escape
 import json5
 import yaml
 
+from clawlet.filememo import FileMemo
 from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.skills.plugins import PluginOrigin, discover_plugins, plugin_enabled, plugin_skill_dirs
 from clawlet.skills.requirements import (
@@ -174,18 +178,35 @@ def skill_summary(text: str, default_name: str) -> dict[str, Any]:
     }
 
 
+SKILL_FILES: FileMemo[dict[str, Any] | SkillError] = FileMemo()
+"""Each SKILL.md's frontmatter (or why it has none usable) as last read."""
+SNAPSHOT_FILES: FileMemo[str | None] = FileMemo()
+"""Each home's ``SKILLS_SNAPSHOT.md`` as last read (``None``: missing or refused)."""
+CONFIG_FILES: FileMemo[tuple[dict[str, Any], list[SkillProblem]]] = FileMemo()
+"""Each skills config (``openclaw.json``) as last read, with the problem reading it if any."""
+
+
+def _read_frontmatter(path: Path, root: Path) -> dict[str, Any] | SkillError:
+    try:
+        text = read_text_inside(root, path)
+    except UnsafePath as exc:  # a skill directory or SKILL.md linked from outside the home
+        return SkillError(f"refused: {exc}")
+    except (OSError, UnicodeDecodeError) as exc:
+        return SkillError(f"cannot read: {exc}")
+    try:
+        return split_frontmatter(text)[0]
+    except SkillError as exc:
+        return exc
+
+
 def parse_skill(
     path: Path, root: Path, config: Mapping[str, Any] | None = None, source: str = "workspace"
 ) -> Skill:
     """The skill in ``path`` (read through the path guard under ``root``; ``location`` is relative to
     it) with its verdict under the skills ``config``."""
-    try:
-        text = read_text_inside(root, path)
-    except UnsafePath as exc:  # a skill directory or SKILL.md linked from outside the home
-        raise SkillError(f"refused: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SkillError(f"cannot read: {exc}") from exc
-    front, _body = split_frontmatter(text)
+    front = SKILL_FILES.get(path, lambda found: _read_frontmatter(found, root), variant=root)
+    if isinstance(front, SkillError):
+        raise SkillError(str(front))
     description = front.get("description")
     if not isinstance(description, str) or not description.strip():
         raise SkillError("missing 'description' in frontmatter")
@@ -207,18 +228,26 @@ def parse_skill(
     )
 
 
-def load_skills_config(root: Path) -> tuple[dict[str, Any], list[SkillProblem]]:
-    """``<root>/openclaw.json`` (JSON5; none is an empty config), or an empty config and the problem."""
+def _read_skills_config(path: Path, root: Path) -> tuple[dict[str, Any], list[SkillProblem]]:
     try:
-        data = json5.loads(read_text_inside(root, root / CONFIG_NAME))
+        data = json5.loads(read_text_inside(root, path))
     except FileNotFoundError:
         return {}, []
     except (OSError, UnicodeDecodeError, UnsafePath, ValueError) as exc:
-        log.warning("ignoring %s: %s", root / CONFIG_NAME, exc)
+        log.warning("ignoring %s: %s", path, exc)
         return {}, [SkillProblem(CONFIG_NAME, f"cannot read: {exc}")]
     if not isinstance(data, dict):
         return {}, [SkillProblem(CONFIG_NAME, "must hold a JSON object")]
     return data, []
+
+
+def load_skills_config(root: Path) -> tuple[dict[str, Any], list[SkillProblem]]:
+    """``<root>/openclaw.json`` (JSON5; none is an empty config), or an empty config and the problem
+    (read again only when the file changed; the config is shared: do not change it)."""
+    config, problems = CONFIG_FILES.get(
+        root / CONFIG_NAME, lambda path: _read_skills_config(path, root), variant=root
+    )
+    return config, list(problems)
 
 
 def scan_roots(roots: Sequence[SkillRoot], base: Path, config: Mapping[str, Any]) -> ScanResult:
@@ -298,11 +327,14 @@ def refresh_snapshot(root: Path) -> ScanResult:
     result = scan_skills(root)
     snapshot = render_snapshot(result.skills)
     path = root / "SKILLS_SNAPSHOT.md"
-    try:
-        current: str | None = read_text_inside(root, path, errors="replace")
-    except (FileNotFoundError, UnsafePath):
-        current = None
-    if current != snapshot:
+
+    def read(found: Path) -> str | None:
+        try:
+            return read_text_inside(root, found, errors="replace")
+        except (FileNotFoundError, UnsafePath):
+            return None
+
+    if SNAPSHOT_FILES.get(path, read, variant=root) != snapshot:
         try:
             atomic_write_text(path, snapshot, root=root)
         except UnsafePath as exc:
