@@ -38,6 +38,7 @@ from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
+from clawlet.engine import tracing
 from clawlet.engine.approvals import (
     Decision,
     PausePoint,
@@ -142,10 +143,12 @@ class AgentEngine:
         self.knowledge = knowledge
         self._model: BaseChatModel | None = None
         self._agent: Any = None
+        self._tools: list[BaseTool] | None = None
         self.mcp = McpTools()
         self._mcp_fingerprint = ""
         self._mcp_lock = asyncio.Lock()
         self.demo_token_delay = demo_token_delay
+        tracing.install()
         # the agent with a checkpointer, per checkpoint directory: (the agent it copies, the copy)
         self._pausable: dict[Path, tuple[Any, Any]] = {}
 
@@ -163,6 +166,14 @@ class AgentEngine:
     def build_tools(self) -> list[BaseTool]:
         return [*build_tools(self.settings, self.knowledge, self.runtime_config), *self.mcp.tools]
 
+    def tools(self) -> list[BaseTool]:
+        """The tools, built once (again when the MCP tools are reloaded): they hold no per-turn
+        state and read what may change (the sandbox's network setting) when they run, and a
+        request asks for them several times (names, policies, the agent)."""
+        if self._tools is None:
+            self._tools = self.build_tools()
+        return self._tools
+
     async def prepare(self) -> None:
         """Load (or reload, when ``mcp.json`` or the sandbox's network setting changed) the MCP
         tools; the agent is rebuilt then."""
@@ -176,6 +187,7 @@ class AgentEngine:
             self.mcp = await load_mcp_tools(self.settings.paths.root, sandbox)
             self._mcp_fingerprint = fingerprint
             self._agent = None
+            self._tools = None
 
     async def available_tool_names(self) -> list[str]:
         await self.prepare()
@@ -199,7 +211,7 @@ class AgentEngine:
                 prompt = self.system_prompt()
                 return f"{prompt}\n\n<!-- Request System Prompt -->\n{extra}" if extra else prompt
 
-            tools = self.build_tools()
+            tools = self.tools()
             # Order matters: the permission filter refuses denied calls before anyone is asked,
             # and the approval middleware wraps the error handler (its interrupt must not become
             # an error tool message). Nothing before the interrupt has side effects: on resume
@@ -242,7 +254,7 @@ class AgentEngine:
         return apply_policies(context, self.tool_policies())
 
     def find_tool(self, name: str) -> BaseTool | None:
-        return next((tool for tool in self.build_tools() if tool.name == name), None)
+        return next((tool for tool in self.tools() if tool.name == name), None)
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
         """Raise :class:`~clawlet.engine.approvals.InvalidDecision` if ``decision`` does not fit."""
@@ -259,7 +271,7 @@ class AgentEngine:
         return text
 
     def tool_names(self) -> list[str]:
-        return [tool.name for tool in self.build_tools()]
+        return [tool.name for tool in self.tools()]
 
     async def answer_alone(self, prompt: str, sampling: Sampling = NO_SAMPLING) -> AsyncIterator[Event]:
         """The model alone answering one user message: no tools, no system prompt, no memory,
