@@ -65,8 +65,11 @@ class FileMemo(Generic[T]):
         self.computed = 0
         """How many times a value was computed (not reused): what tests count."""
 
-    def get(self, path: Path, compute: Callable[[Path], T], variant: Hashable = None) -> T:
-        """The value of ``compute(path)``, computed again only if the file changed."""
+    def get(
+        self, path: Path, compute: Callable[[Path], T], variant: Hashable = None, *, keep: bool = True
+    ) -> T:
+        """The value of ``compute(path)``, computed again only if the file changed (``keep=False``:
+        a value computed now is not kept, for one-off reads that should not push others out)."""
         key = (path, variant)
         signature = file_signature(path)
         with self._lock:
@@ -79,7 +82,7 @@ class FileMemo(Generic[T]):
         settled = signature is None or signature[3] < time.time_ns() - int(RACY_SECONDS * 1e9)
         with self._lock:
             self.computed += 1
-            if settled:
+            if settled and keep:
                 self._store(key, _Entry(signature, value))
             else:
                 self._entries.pop(key, None)

@@ -52,8 +52,9 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file + fsync + rename).
+def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> os.stat_result:
+    """Replace ``path`` with ``data`` atomically (temp file + fsync + rename); returns the written
+    file's status (from its descriptor: no later writer's, see :class:`clawlet.filememo.FileMemo`).
 
     With ``root`` (the clawlet home), the write goes through the path guard: the target and every
     directory on the way must stay inside ``root`` and the target must not be multiply linked
@@ -68,12 +69,12 @@ def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> 
     else:
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _write_and_rename(dir_fd, path.name, data)
+        return _write_and_rename(dir_fd, path.name, data)
     finally:
         os.close(dir_fd)
 
 
-def _write_and_rename(dir_fd: int, name: str, data: bytes) -> None:
+def _write_and_rename(dir_fd: int, name: str, data: bytes) -> os.stat_result:
     stem = name if len(name.encode("utf-8")) <= 200 else name[:50]
     while True:
         tmp_name = f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # see is_stale_temp_file
@@ -87,6 +88,7 @@ def _write_and_rename(dir_fd: int, name: str, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+            status = os.fstat(handle.fileno())
         os.replace(tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
@@ -94,6 +96,7 @@ def _write_and_rename(dir_fd: int, name: str, data: bytes) -> None:
         raise
     with suppress(OSError):
         os.fsync(dir_fd)
+    return status
 
 
 def _process_exists(pid: int) -> bool:
@@ -151,12 +154,12 @@ def remove_stale_temp_files(directory: Path, *, recursive: bool = False) -> int:
     return removed
 
 
-def atomic_write_text(path: Path, text: str, *, root: Path | None = None) -> None:
+def atomic_write_text(path: Path, text: str, *, root: Path | None = None) -> os.stat_result:
     """Replace ``path`` with UTF-8 ``text`` atomically (guarded inside ``root`` when given)."""
-    atomic_write_bytes(path, text.encode("utf-8"), root=root)
+    return atomic_write_bytes(path, text.encode("utf-8"), root=root)
 
 
-def atomic_write_json(path: Path, data: Any, *, root: Path | None = None) -> None:
+def atomic_write_json(path: Path, data: Any, *, root: Path | None = None) -> os.stat_result:
     """Replace ``path`` with pretty-printed JSON (non-ASCII kept readable) atomically (guarded
     inside ``root`` when given)."""
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", root=root)
+    return atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", root=root)

@@ -11,6 +11,10 @@ session and turns on different sessions never wait for each other. Reads, writes
 go through the path guard (``clawlet.paths``) with the home as root: a session file that is a
 symlink out of the home or has more than one hard link is neither listed nor read (it counts as
 not found) nor written through.
+
+A store keeps the transcripts it read or wrote last, parsed (:class:`clawlet.filememo.FileMemo`):
+appending to a long session writes it whole (the format is one JSON object) but does not read and
+parse it again, unless another writer changed the file.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from clawlet.filememo import FileMemo
 from clawlet.paths import UnsafePath, is_safe_entry, read_text_inside
 from clawlet.storage import atomic_write_json, file_lock
 
@@ -118,6 +123,13 @@ def _message(raw: dict[str, Any]) -> StoredMessage:
     return message
 
 
+def _copy(data: SessionData) -> SessionData:
+    """A copy its holder may change (messages included) without touching the original."""
+    copied = data.copy()
+    copied["messages"] = [message.copy() for message in data["messages"]]
+    return copied
+
+
 def _coerce(raw: Any, fallback_time: float) -> SessionData:
     """Read v1 (bare list) or v2 (object) content into a v2 ``SessionData``."""
     if isinstance(raw, list):
@@ -136,6 +148,10 @@ def _coerce(raw: Any, fallback_time: float) -> SessionData:
     return data
 
 
+CACHED_TRANSCRIPTS = 256
+"""How many parsed transcripts a store keeps (the most recently used)."""
+
+
 class TranscriptStore:
     """Reads and writes session transcripts under one ``sessions/`` directory; ``home`` is the
     root the path guard keeps them in (the directory itself when not given)."""
@@ -144,6 +160,8 @@ class TranscriptStore:
         self.directory = directory
         self.home = home if home is not None else directory
         self.archive_directory = directory / "archive"
+        self.parsed: FileMemo[tuple[SessionData, bool]] = FileMemo(max_entries=CACHED_TRANSCRIPTS)
+        """The transcripts as last read or written, parsed (and whether the file is still v1)."""
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{validate_session_id(session_id)}.json"
@@ -158,24 +176,34 @@ class TranscriptStore:
         except (ValueError, UnicodeDecodeError) as exc:
             raise SessionCorrupt(path.stem) from exc
 
-    def _read(self, path: Path) -> SessionData:
+    def _read_file(self, path: Path) -> tuple[SessionData, bool]:
+        """The session in ``path`` parsed, and whether the file is still in the v1 format."""
         raw = self._parse(path)
         try:
-            return _coerce(raw, path.stat().st_mtime)
+            return _coerce(raw, path.stat().st_mtime), isinstance(raw, list)
         except ValueError as exc:
             raise SessionCorrupt(path.stem) from exc
+
+    def _read_versioned(self, path: Path) -> tuple[SessionData, bool]:
+        data, legacy = self.parsed.get(path, self._read_file)
+        return _copy(data), legacy
+
+    def _read(self, path: Path) -> SessionData:
+        """The session in ``path`` (a copy of the parsed one when the file did not change)."""
+        return self._read_versioned(path)[0]
+
+    def _write(self, path: Path, data: SessionData) -> None:
+        """Write ``data`` atomically and keep it as the parsed copy of what the file now holds."""
+        status = atomic_write_json(path, data, root=self.home)
+        self.parsed.remember(path, status, (_copy(data), False))
 
     def load(self, session_id: str) -> SessionData:
         """The whole session; a v1 file is migrated to v2 on disk the first time it is read."""
         path = self.path_for(session_id)
         with file_lock(path):
-            raw = self._parse(path)
-            try:
-                data = _coerce(raw, path.stat().st_mtime)
-            except ValueError as exc:
-                raise SessionCorrupt(session_id) from exc
-            if isinstance(raw, list):
-                atomic_write_json(path, data, root=self.home)
+            data, legacy = self._read_versioned(path)
+            if legacy:
+                self._write(path, data)
             return data
 
     def _raw_text(self, path: Path) -> str:
@@ -198,7 +226,7 @@ class TranscriptStore:
                 return session_id, self._read(path)
             data = _new_session(time.time())
             data["title"] = title
-            atomic_write_json(path, data, root=self.home)
+            self._write(path, data)
             return session_id, data
 
     def ensure(self, session_id: str) -> None:
@@ -213,8 +241,8 @@ class TranscriptStore:
         for path in self.directory.glob("*.json"):
             if not SESSION_ID_PATTERN.fullmatch(path.stem) or not is_safe_entry(self.home, path):
                 continue
-            try:
-                data = self._read(path)
+            try:  # the parsed copy, not changed here; a session not kept is not added for this
+                data, _legacy = self.parsed.get(path, self._read_file, keep=False)
             except (ValueError, OSError, SessionNotFound):
                 continue
             items.append(
@@ -240,7 +268,7 @@ class TranscriptStore:
                 data = _new_session(time.time())
             change(data)
             data["updated_at"] = time.time()
-            atomic_write_json(path, data, root=self.home)
+            self._write(path, data)
             return data
 
     def append(
@@ -363,5 +391,5 @@ def archive_and_summarise(
         previous = data["compressed_context"]
         data["compressed_context"] = f"{previous}\n---\n{summary}" if previous else summary
         data["updated_at"] = time.time()
-        atomic_write_json(path, data, root=store.home)
+        store._write(path, data)
         return count, len(data["messages"])

@@ -1,0 +1,158 @@
+"""The transcript on a turn's way to the model: the user's message is written while the model call
+starts (not before it), is on disk before anything of the run goes out, and appending to a long
+session does not read and parse the whole file again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clawlet.config import Settings
+from clawlet.events import RunFailed, RunFinished, RunStarted
+from clawlet.services import Services, build_services
+from clawlet.sessions.store import TranscriptStore
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
+
+DEADLINE = 60.0
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(lambda body: text_turn("The answer.")) as server:
+        yield server
+
+
+@pytest.fixture
+def services(clawlet_home: Path, llm: ScriptedOpenAIServer) -> Services:
+    from clawlet.home import init_home
+
+    settings = Settings(provider="openai", llm_base_url=llm.base_url, llm_model="m", llm_api_key="k")
+    init_home(settings.paths)
+    return build_services(settings)
+
+
+def counting_parses(store: TranscriptStore, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    parsed: list[Path] = []
+    real = store._read_file
+
+    def counting(path: Path) -> Any:
+        parsed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(store, "_read_file", counting)
+    return parsed
+
+
+def test_appending_to_a_long_session_does_not_parse_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = TranscriptStore(tmp_path / "sessions")
+    for n in range(50):
+        store.append("long", "user", f"question {n}")
+        store.append("long", "assistant", f"answer {n}")
+    parsed = counting_parses(store, monkeypatch)
+    store.append("long", "user", "one more")
+    history = store.load_for_agent("long")
+    assert parsed == []
+    assert len(history) == 101 and history[-1] == {"role": "user", "content": "one more"}
+    on_disk = json.loads(store.path_for("long").read_text(encoding="utf-8"))
+    assert [m["content"] for m in on_disk["messages"]][-2:] == ["answer 49", "one more"]
+
+
+def test_another_writer_is_seen_by_the_next_append(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path / "sessions")
+    other = TranscriptStore(tmp_path / "sessions")  # another process, as far as caches go
+    store.append("s", "user", "one")
+    other.append("s", "assistant", "two")
+    store.append("s", "user", "three")
+    assert [m["content"] for m in other.load_messages("s")] == ["one", "two", "three"]
+    # an edit in place (not an atomic replace) right after: seen, as its size differs (a same-size
+    # edit in the same clock tick of a file this store wrote itself is the one change not seen)
+    path = store.path_for("s")
+    path.write_text(path.read_text(encoding="utf-8").replace('"three"', '"three!"'), encoding="utf-8")
+    assert store.load_messages("s")[-1]["content"] == "three!"
+
+
+def test_what_a_caller_changes_does_not_reach_the_cache(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path / "sessions")
+    store.append("s", "user", "one")
+    loaded = store.load("s")
+    loaded["messages"][0]["content"] = "changed by a caller"
+    loaded["messages"].append({"role": "user", "content": "added by a caller"})
+    assert store.load_messages("s") == [{"role": "user", "content": "one"}]
+
+
+def test_a_v1_transcript_is_still_migrated_when_loaded(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path / "sessions")
+    path = store.path_for("old")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps([{"role": "user", "content": "hi"}]), encoding="utf-8")
+    assert store.list_sessions()[0]["message_count"] == 1
+    assert store.load_messages("old") == [{"role": "user", "content": "hi"}]
+    assert isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+
+
+def test_the_model_is_called_while_the_message_is_written_and_nothing_goes_out_before(
+    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = services.transcripts
+    release = threading.Event()
+    real_append = store.append
+
+    def slow_append(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
+        if role == "user":
+            assert release.wait(DEADLINE), "the test never released the write"
+        real_append(session_id, role, content, tool_calls)
+
+    monkeypatch.setattr(store, "append", slow_append)
+
+    async def scenario() -> None:
+        run = await services.sessions.start_turn("durable", "What is it?", title=False)
+        deadline = time.monotonic() + DEADLINE
+        while not llm.requests:  # the model is asked while the user's message is being written
+            assert time.monotonic() < deadline, "the model was not called while the write waited"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # let the run publish whatever it would
+        assert run.log == []  # not even RunStarted before the message is on disk
+        assert not store.exists("durable")
+        release.set()
+        await run.wait()
+        assert isinstance(run.log[0], RunStarted)
+        assert isinstance(run.log[-1], RunFinished)
+        messages = store.load_messages("durable")
+        assert [(m["role"], m["content"]) for m in messages] == [
+            ("user", "What is it?"),
+            ("assistant", "The answer."),
+        ]
+
+    asyncio.run(scenario())
+
+
+def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = services.transcripts
+    real_append = store.append
+
+    def failing_append(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
+        if role == "user":
+            raise OSError("disk full")
+        real_append(session_id, role, content, tool_calls)
+
+    monkeypatch.setattr(store, "append", failing_append)
+
+    async def scenario() -> None:
+        run = await services.sessions.start_turn("unsaved", "Hello?", title=False)
+        await run.wait()
+        assert isinstance(run.log[0], RunStarted)
+        assert isinstance(run.log[-1], RunFailed) and "disk full" in run.log[-1].error
+        assert not store.exists("unsaved")
+
+    asyncio.run(scenario())
