@@ -430,9 +430,15 @@ class SessionManager:
             seed = prior if prior and not history else []
             history = history or list(seed)
             is_first = title and not any(item["role"] == "user" for item in history)
-            for item in seed:
-                await asyncio.to_thread(self.store.append, session_id, item["role"], item["content"])
-            await asyncio.to_thread(self.store.append, session_id, "user", text)
+
+            def save_user_message() -> None:
+                for item in seed:
+                    self.store.append(session_id, item["role"], item["content"])
+                self.store.append(session_id, "user", text)
+
+            # The model call need not wait for the fsync: the message is written meanwhile, and
+            # nothing of the run (not even RunStarted) goes out before it is on disk (see _drive).
+            saved = asyncio.ensure_future(asyncio.to_thread(save_user_message))
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
             run.task = asyncio.create_task(
@@ -442,6 +448,7 @@ class SessionManager:
                     UserMessage(text, history, context, pause=pause),
                     SegmentRecorder(self.store, session_id),
                     paused,
+                    saved,
                 ),
                 name=f"turn-{session_id}",
             )
@@ -499,18 +506,26 @@ class SessionManager:
         message: UserMessage,
         recorder: SegmentRecorder,
         paused: PausedTurn,
+        saved: asyncio.Future[None] | None = None,
     ) -> None:
-        await run.publish(RunStarted(run.session_id, run.run_id))
+        """Run the turn to its end. ``saved`` is the write of the user's message, going on while
+        the runtime starts: the run is announced (``RunStarted``) once it is done, and no event is
+        published and nothing of the answer written before that (a failed write fails the run)."""
+        announced = asyncio.ensure_future(self._announce(run, saved))
         outcome: Event
         try:
             waiting: RunWaiting | None = None
             async with aclosing(adapter.send_message(message)) as events:
                 async for event in events:
+                    if not announced.done():
+                        await asyncio.shield(announced)
+                    announced.result()  # raises if the user's message could not be saved
                     if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
                         waiting = event
                         break
                     recorder.observe(event)
                     await run.publish(event)
+            await asyncio.shield(announced)
             recorder.flush()
             if waiting is not None and message.pause is not None:
                 paused.approvals = list(waiting.pending)
@@ -519,10 +534,12 @@ class SessionManager:
             else:
                 outcome = RunFinished(recorder.full_text, run.session_id)
         except asyncio.CancelledError:
+            await self._settle(announced)
             recorder.flush()
             outcome = RunCancelled(run.session_id, recorder.full_text)
         except Exception as exc:
             log.exception("turn failed in session %s", run.session_id)
+            await self._settle(announced)
             recorder.flush()
             outcome = RunFailed(f"{type(exc).__name__}: {exc}", run.session_id)
         try:
@@ -545,6 +562,22 @@ class SessionManager:
             # Watchers keep their own reference; the manager forgets finished runs.
             if self.runs.get(run.session_id) is run:
                 del self.runs[run.session_id]
+
+    @staticmethod
+    async def _announce(run: Run, saved: asyncio.Future[None] | None) -> None:
+        """Publish ``RunStarted`` once the user's message is saved (also when saving failed: the
+        run then fails, and says so)."""
+        try:
+            if saved is not None:
+                await saved
+        finally:
+            await run.publish(RunStarted(run.session_id, run.run_id))
+
+    @staticmethod
+    async def _settle(announced: asyncio.Future[None]) -> None:
+        """Wait for :meth:`_announce` (its failure is the run's, reported already)."""
+        with suppress(Exception):
+            await asyncio.shield(announced)
 
     async def _title_if_missing(self, session_id: str, user_text: str, reply: str) -> GeneratedTitle | None:
         data = await asyncio.to_thread(self.store.load, session_id)
