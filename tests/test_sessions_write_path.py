@@ -16,9 +16,10 @@ import pytest
 
 from clawlet.config import Settings
 from clawlet.events import RunFailed, RunFinished, RunStarted
+from clawlet.home import init_home
 from clawlet.services import Services, build_services
 from clawlet.sessions.store import TranscriptStore
-from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
+from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
 
 DEADLINE = 60.0
 
@@ -31,8 +32,6 @@ def llm() -> Iterator[ScriptedOpenAIServer]:
 
 @pytest.fixture
 def services(clawlet_home: Path, llm: ScriptedOpenAIServer) -> Services:
-    from clawlet.home import init_home
-
     settings = Settings(provider="openai", llm_base_url=llm.base_url, llm_model="m", llm_api_key="k")
     init_home(settings.paths)
     return build_services(settings)
@@ -156,3 +155,41 @@ def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
         assert not store.exists("unsaved")
 
     asyncio.run(scenario())
+
+
+def test_the_answer_is_written_off_the_event_loop_segment_by_segment(
+    clawlet_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool call splits the answer in two segments: each is written by a worker thread (an
+    fsync on the event loop would stall every other stream), in order, after the user's message."""
+    script = [
+        tool_turn(ToolCall("read_file", {"path": "workspace/SOUL.md"}), text="Reading."),
+        text_turn("Done."),
+    ]
+    with ScriptedOpenAIServer(script) as llm:
+        settings = Settings(provider="openai", llm_base_url=llm.base_url, llm_model="m", llm_api_key="k")
+        init_home(settings.paths)
+        services = build_services(settings)
+        store = services.transcripts
+        writers: list[tuple[str, str]] = []
+        real_append = store.append
+
+        def recording(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
+            writers.append((role, threading.current_thread().name))
+            real_append(session_id, role, content, tool_calls)
+
+        monkeypatch.setattr(store, "append", recording)
+
+        async def scenario() -> str:
+            run = await services.sessions.start_turn("segments", "Read your soul.", title=False)
+            await run.wait()
+            assert isinstance(run.log[-1], RunFinished), run.log[-1]
+            return threading.current_thread().name
+
+        loop_thread = asyncio.run(scenario())
+    assert [role for role, _thread in writers] == ["user", "assistant", "assistant"]
+    assert all(thread != loop_thread for _role, thread in writers)
+    messages = store.load_messages("segments")
+    assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
+    assert messages[1]["content"] == "Reading." and messages[1]["tool_calls"][0]["tool"] == "read_file"
+    assert messages[2]["content"] == "Done."

@@ -163,6 +163,8 @@ class SegmentRecorder:
             found["output"] = output
 
     def observe(self, event: Event) -> None:
+        """Add ``event`` to the current segment (the caller flushes it at a ``NewSegment``: a file
+        write, done off the event loop)."""
         if isinstance(event, TextDelta):
             self.content += event.text
         elif isinstance(event, ToolStart):
@@ -176,8 +178,6 @@ class SegmentRecorder:
                 self.tool_calls.append(found)
             found["output"] = event.output
             found["is_error"] = event.is_error
-        elif isinstance(event, NewSegment):
-            self.flush()
 
     def flush(self) -> None:
         if not self.content and not self.tool_calls:
@@ -523,10 +523,12 @@ class SessionManager:
                     if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
                         waiting = event
                         break
+                    if isinstance(event, NewSegment):
+                        await asyncio.to_thread(recorder.flush)
                     recorder.observe(event)
                     await run.publish(event)
             await asyncio.shield(announced)
-            recorder.flush()
+            await asyncio.to_thread(recorder.flush)
             if waiting is not None and message.pause is not None:
                 paused.approvals = list(waiting.pending)
                 await asyncio.to_thread(self.approvals.save_paused, run.session_id, paused)
@@ -535,12 +537,12 @@ class SessionManager:
                 outcome = RunFinished(recorder.full_text, run.session_id)
         except asyncio.CancelledError:
             await self._settle(announced)
-            recorder.flush()
+            await asyncio.shield(asyncio.to_thread(recorder.flush))
             outcome = RunCancelled(run.session_id, recorder.full_text)
         except Exception as exc:
             log.exception("turn failed in session %s", run.session_id)
             await self._settle(announced)
-            recorder.flush()
+            await asyncio.to_thread(recorder.flush)
             outcome = RunFailed(f"{type(exc).__name__}: {exc}", run.session_id)
         try:
             if message.pause is not None and not isinstance(outcome, RunWaiting):
