@@ -26,6 +26,7 @@ from contextlib import aclosing, contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
+from clawlet import gcpolicy
 from clawlet.config import Settings
 from clawlet.engine.approvals import Decision, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
@@ -564,6 +565,7 @@ class SessionManager:
             # Watchers keep their own reference; the manager forgets finished runs.
             if self.runs.get(run.session_id) is run:
                 del self.runs[run.session_id]
+            gcpolicy.after_turn()
 
     @staticmethod
     async def _announce(run: Run, saved: asyncio.Future[None] | None) -> None:

@@ -1,0 +1,60 @@
+"""After a serving process's first turn, what that turn loaded is frozen out of the collector's
+reach too (:mod:`clawlet.gcpolicy`); a process that did not freeze at start-up is left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from clawlet import gcpolicy
+
+SCRIPT = r"""
+import asyncio, gc, json, sys
+from clawlet.config import Settings
+from clawlet.home import init_home
+from clawlet.services import build_services
+
+settings = Settings()
+init_home(settings.paths)
+services = build_services(settings)
+if sys.argv[1] == "serving":
+    gc.collect()
+    gc.freeze()  # what `clawlet serve` does before it serves
+counts = [gc.get_freeze_count()]
+
+async def turns():
+    for n in range(2):
+        run = await services.sessions.start_turn("s", f"hello {n}", title=False)
+        await run.wait()
+        await asyncio.sleep(0)  # the loop runs what the turn's end scheduled
+        counts.append(gc.get_freeze_count())
+    counts.append(gc.get_threshold()[0])
+
+asyncio.run(turns())
+print(json.dumps(counts))
+"""
+
+
+def freeze_counts(mode: str, home: Path) -> list[int]:
+    env = {**os.environ, "CLAWLET_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    counts: list[int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return counts
+
+
+def test_the_first_turn_of_a_serving_process_freezes_what_it_loaded(tmp_path: Path) -> None:
+    at_start, after_first, after_second, threshold = freeze_counts("serving", tmp_path / "home")
+    assert at_start > 0
+    assert after_first > at_start  # what the first turn built is frozen too
+    assert after_second <= after_first  # once (frozen objects freed by reference counting leave)
+    assert threshold == gcpolicy.THRESHOLDS[0]
+
+
+def test_a_process_that_did_not_freeze_is_left_alone(tmp_path: Path) -> None:
+    assert freeze_counts("plain", tmp_path / "home") == [0, 0, 0, 700]  # Python's default
