@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,9 +20,11 @@ from langsmith._internal import _aiter
 from clawlet.config import Settings
 from clawlet.engine import agent as agent_module
 from clawlet.engine import tracing
+from clawlet.engine.context import DEFAULT_CONTEXT
 from clawlet.memory.stores import KnowledgeBase
 from clawlet.services import build_services
 from tests.conftest import LiveServer
+from tests.test_prompt_cache import settle
 
 
 def test_tools_are_built_once_for_many_requests(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,3 +113,26 @@ def test_the_tool_list_matches_the_registry(settings: Settings) -> None:
     engine = build_services(settings).engine
     expected = agent_module.build_tools(settings, KnowledgeBase(settings.paths, None), engine.runtime_config)
     assert engine.tool_names() == [tool.name for tool in expected]
+
+
+async def test_nothing_resolves_the_home_again_before_a_model_call(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``settings.paths`` resolves the home (a syscall per path component) on every use: the engine
+    resolves it once."""
+    engine = build_services(settings).engine
+    engine.system_prompt()
+    settle(settings.paths.root)  # files written long ago are not read again (tests/test_prompt_cache.py)
+    engine.system_prompt()
+    await engine.resolve_context(DEFAULT_CONTEXT)
+    resolved: list[Path] = []
+    real = Path.resolve
+
+    def counting(self: Path, strict: bool = False) -> Path:
+        resolved.append(self)
+        return real(self, strict)
+
+    monkeypatch.setattr(Path, "resolve", counting)
+    await engine.resolve_context(DEFAULT_CONTEXT)
+    engine.system_prompt()
+    assert resolved == []

@@ -138,6 +138,8 @@ class AgentEngine:
         demo_token_delay: float = 0.0,
     ) -> None:
         self.settings = settings
+        self.home = settings.paths.root
+        """The home, resolved once (``settings.paths`` resolves it again on every use)."""
         self.runtime_config = runtime_config
         self.memory = memory
         self.knowledge = knowledge
@@ -178,13 +180,12 @@ class AgentEngine:
         """Load (or reload, when ``mcp.json`` or the sandbox's network setting changed) the MCP
         tools; the agent is rebuilt then."""
         async with self._mcp_lock:
-            sandbox = tool_sandbox(self.settings, self.runtime_config)
-            fingerprint = config_fingerprint(self.settings.paths.root)
-            if fingerprint:
-                fingerprint += f"|network={sandbox.network_enabled()}"
+            fingerprint = config_fingerprint(self.home)
+            if fingerprint:  # the sandbox's network setting (what tool_sandbox reads)
+                fingerprint += f"|network={self.runtime_config.get_sandbox_network()}"
             if fingerprint == self._mcp_fingerprint:
                 return
-            self.mcp = await load_mcp_tools(self.settings.paths.root, sandbox)
+            self.mcp = await load_mcp_tools(self.home, tool_sandbox(self.settings, self.runtime_config))
             self._mcp_fingerprint = fingerprint
             self._agent = None
             self._tools = None
@@ -195,7 +196,7 @@ class AgentEngine:
 
     def system_prompt(self) -> str:
         """Rescan skills (rewriting the snapshot if they changed) and assemble the prompt."""
-        home = self.settings.paths.root
+        home = self.home
         refresh_snapshot(home)
         return build_system_prompt(home, rag_mode=self.runtime_config.get_rag_mode())
 
