@@ -1,6 +1,6 @@
 """The transcript on a turn's way to the model: the user's message is written while the model call
-starts (not before it), is on disk before anything of the run goes out, and appending to a long
-session does not read and parse the whole file again."""
+starts (not before it), is on disk before the answer is written and the run ends, and appending to
+a long session does not read and parse the whole file again."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from clawlet.config import Settings
-from clawlet.events import RunFailed, RunFinished, RunStarted
+from clawlet.events import RunFailed, RunFinished, RunStarted, TextDelta
 from clawlet.home import init_home
 from clawlet.services import Services, build_services
 from clawlet.sessions.store import TranscriptStore
@@ -98,7 +98,7 @@ def test_a_v1_transcript_is_still_migrated_when_loaded(tmp_path: Path) -> None:
     assert isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
 
 
-def test_the_model_is_called_while_the_message_is_written_and_nothing_goes_out_before(
+def test_the_answer_streams_while_the_message_is_written_and_the_turn_ends_after(
     services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = services.transcripts
@@ -115,12 +115,12 @@ def test_the_model_is_called_while_the_message_is_written_and_nothing_goes_out_b
     async def scenario() -> None:
         run = await services.sessions.start_turn("durable", "What is it?", title=False)
         deadline = time.monotonic() + DEADLINE
-        while not llm.requests:  # the model is asked while the user's message is being written
-            assert time.monotonic() < deadline, "the model was not called while the write waited"
+        while not any(isinstance(event, TextDelta) for event in run.log):
+            assert time.monotonic() < deadline, "no token while the user's message was written"
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0)  # let the run publish whatever it would
-        assert run.log == []  # not even RunStarted before the message is on disk
-        assert not store.exists("durable")
+        assert len(llm.requests) == 1
+        assert not store.exists("durable")  # the write still waits...
+        assert not any(isinstance(event, RunFinished) for event in run.log)  # ...and so does the end
         release.set()
         await run.wait()
         assert isinstance(run.log[0], RunStarted)

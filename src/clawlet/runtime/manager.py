@@ -437,8 +437,8 @@ class SessionManager:
                     self.store.append(session_id, item["role"], item["content"])
                 self.store.append(session_id, "user", text)
 
-            # The model call need not wait for the fsync: the message is written meanwhile, and
-            # nothing of the run (not even RunStarted) goes out before it is on disk (see _drive).
+            # The model call need not wait for the fsync: the message is written meanwhile; the
+            # answer is written and the run ends only once it is on disk (see _drive).
             saved = asyncio.ensure_future(asyncio.to_thread(save_user_message))
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
@@ -510,25 +510,23 @@ class SessionManager:
         saved: asyncio.Future[None] | None = None,
     ) -> None:
         """Run the turn to its end. ``saved`` is the write of the user's message, going on while
-        the runtime starts: the run is announced (``RunStarted``) once it is done, and no event is
-        published and nothing of the answer written before that (a failed write fails the run)."""
-        announced = asyncio.ensure_future(self._announce(run, saved))
+        the model call starts and the first events go out: the answer is written, and the run
+        ends, only once it is on disk (a failed write fails the run and no answer is written)."""
+        await run.publish(RunStarted(run.session_id, run.run_id))
         outcome: Event
         try:
             waiting: RunWaiting | None = None
             async with aclosing(adapter.send_message(message)) as events:
                 async for event in events:
-                    if not announced.done():
-                        await asyncio.shield(announced)
-                    announced.result()  # raises if the user's message could not be saved
                     if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
                         waiting = event
                         break
                     if isinstance(event, NewSegment):
+                        await self._user_message_saved(saved)
                         await asyncio.to_thread(recorder.flush)
                     recorder.observe(event)
                     await run.publish(event)
-            await asyncio.shield(announced)
+            await self._user_message_saved(saved)
             await asyncio.to_thread(recorder.flush)
             if waiting is not None and message.pause is not None:
                 paused.approvals = list(waiting.pending)
@@ -537,13 +535,13 @@ class SessionManager:
             else:
                 outcome = RunFinished(recorder.full_text, run.session_id)
         except asyncio.CancelledError:
-            await self._settle(announced)
-            await asyncio.shield(asyncio.to_thread(recorder.flush))
+            if await self._user_message_saved(saved, raising=False):
+                await asyncio.shield(asyncio.to_thread(recorder.flush))
             outcome = RunCancelled(run.session_id, recorder.full_text)
         except Exception as exc:
             log.exception("turn failed in session %s", run.session_id)
-            await self._settle(announced)
-            await asyncio.to_thread(recorder.flush)
+            if await self._user_message_saved(saved, raising=False):
+                await asyncio.to_thread(recorder.flush)
             outcome = RunFailed(f"{type(exc).__name__}: {exc}", run.session_id)
         try:
             if message.pause is not None and not isinstance(outcome, RunWaiting):
@@ -568,20 +566,18 @@ class SessionManager:
             gcpolicy.after_turn()
 
     @staticmethod
-    async def _announce(run: Run, saved: asyncio.Future[None] | None) -> None:
-        """Publish ``RunStarted`` once the user's message is saved (also when saving failed: the
-        run then fails, and says so)."""
+    async def _user_message_saved(saved: asyncio.Future[None] | None, *, raising: bool = True) -> bool:
+        """Wait for the write of the turn's user message (none: a resumed turn); if it failed,
+        raise its error, or with ``raising=False`` say so (False)."""
+        if saved is None:
+            return True
         try:
-            if saved is not None:
-                await saved
-        finally:
-            await run.publish(RunStarted(run.session_id, run.run_id))
-
-    @staticmethod
-    async def _settle(announced: asyncio.Future[None]) -> None:
-        """Wait for :meth:`_announce` (its failure is the run's, reported already)."""
-        with suppress(Exception):
-            await asyncio.shield(announced)
+            await asyncio.shield(saved)
+        except Exception:
+            if raising:
+                raise
+            return False
+        return True
 
     async def _title_if_missing(self, session_id: str, user_text: str, reply: str) -> GeneratedTitle | None:
         data = await asyncio.to_thread(self.store.load, session_id)
