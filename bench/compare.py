@@ -2,8 +2,9 @@
 
 One run starts, on loopback and fully offline except for LiteLLM's one-time install:
 
-* a scripted OpenAI-compatible upstream (``clawlet.testing.scripted_openai``, in this process)
-  whose every answer streams ``--chunks`` text chunks (200) with a per-chunk delay;
+* a scripted OpenAI-compatible upstream (``clawlet.testing.scripted_openai``) in a child process
+  (this script with ``--serve-upstream``), whose every answer streams ``--chunks`` text chunks
+  (200) with a per-chunk delay that the benchmark sets for each phase (``POST /bench/turn``);
 * ``clawlet serve`` in a child process (throw-away ``CLAWLET_HOME``, ``provider=openai`` pointing
   at the upstream), so its CPU time can be read from ``/proc/<pid>/stat``;
 * a LiteLLM proxy (``litellm --config … --num_workers 1``, version ``LITELLM_VERSION``) configured
@@ -38,7 +39,8 @@ Two phases:
 It prints, per path and phase: TTFT p50/p99, total p50/p99 (nearest rank), CPU ms per request,
 the TTFT added to direct's (p50 and p99), the total p50 as a multiple of direct's, and for the
 concurrent phase the wall time (and its multiple of direct's) and errors; and the load average at
-start and end. The upstream and the client share this process (and its GIL), for every path alike.
+start and end. Direct's CPU per request is the upstream's own. The client (asyncio, httpx) runs in
+this process for every path alike.
 
 Run from the repository root (``--quick``: under about a minute once LiteLLM is installed)::
 
@@ -53,9 +55,11 @@ import itertools
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -64,6 +68,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -98,17 +105,81 @@ GATEWAY_CONNECT: dict[str, Any] = {
 }
 
 
-class Upstream:
-    """The scripted answers: ``chunks`` content deltas, ``delay`` seconds apart; titles in one."""
+# -- the upstream ----------------------------------------------------------------------------------
 
-    def __init__(self, chunks: int, delay: float) -> None:
-        self.chunks = chunks
-        self.delay = delay
+
+class Upstream:
+    """The scripted answers: ``chunks`` content deltas, ``delay`` seconds apart; titles in one.
+    Remembers the first agent turn's request body (what clawlet sends)."""
+
+    def __init__(self) -> None:
+        self.chunks = 1
+        self.delay = 0.0
+        self.agent_body: dict[str, Any] | None = None
 
     def __call__(self, body: dict[str, Any]) -> Turn:
         if is_title_request(body):
             return text_turn("Bench", chunks=1)
+        if self.agent_body is None:
+            self.agent_body = body
         return text_turn(ANSWER, chunks=self.chunks, delay=self.delay)
+
+
+def serve_upstream(port: int) -> int:
+    """The upstream on ``127.0.0.1:port`` until SIGINT/SIGTERM; ``POST /bench/turn`` sets the
+    answers' ``chunks`` and ``delay``, ``GET /bench/agent-body`` returns the remembered body and
+    ``GET /bench/errors`` the server's errors."""
+    upstream = Upstream()
+    server = ScriptedOpenAIServer(upstream, model=MODEL, port=port)
+
+    async def turn(request: Request) -> JSONResponse:
+        body = await request.json()
+        upstream.chunks, upstream.delay = int(body["chunks"]), float(body["delay"])
+        return JSONResponse({"ok": True})
+
+    async def agent_body(request: Request) -> JSONResponse:
+        return JSONResponse(upstream.agent_body)
+
+    async def errors(request: Request) -> JSONResponse:
+        with server._lock:
+            return JSONResponse(list(server.errors))
+
+    server.app.router.routes += [
+        Route("/bench/turn", turn, methods=["POST"]),
+        Route("/bench/agent-body", agent_body, methods=["GET"]),
+        Route("/bench/errors", errors, methods=["GET"]),
+    ]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with server:
+        while not stop.wait(5):
+            with server._lock:  # keep memory flat: the recorded bodies are not needed here
+                server.requests.clear()
+    return 0
+
+
+class UpstreamProcess(ServerProcess):
+    """:func:`serve_upstream` in a child process; :attr:`base_url` ends in ``/v1``."""
+
+    name = "scripted upstream"
+    ready_path = "/v1/models"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(self.port)]
+
+    async def set_turn(self, client: httpx.AsyncClient, chunks: int, delay: float) -> None:
+        response = await client.post(f"{self.url}/bench/turn", json={"chunks": chunks, "delay": delay})
+        response.raise_for_status()
+
+    async def get(self, client: httpx.AsyncClient, what: str) -> Any:
+        response = await client.get(f"{self.url}/bench/{what}")
+        response.raise_for_status()
+        return response.json()
 
 
 # -- LiteLLM ---------------------------------------------------------------------------------------
@@ -470,7 +541,7 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
         ttfts = [s.ttft for s in result.samples]
         totals = [s.total for s in result.samples]
         t50, t99, tot50 = percentile(ttfts, 50), percentile(ttfts, 99), percentile(totals, 50)
-        cpu = result.cpu / result.requests if name != "direct" and result.requests else math.nan
+        cpu = result.cpu / result.requests if result.requests else math.nan
         added = (
             f"{'+' + _ms(t50 - base['ttft50']):>10}{'+' + _ms(t99 - base['ttft99']):>8}"
             f"{tot50 / base['total50']:>7.1f}x"
@@ -510,6 +581,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--litellm-venv", type=Path, default=default_litellm_venv(), help="LiteLLM's own virtual environment"
     )
+    parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.iterations, args.warmup, args.concurrency = 15, 3, 20
@@ -522,16 +594,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 async def bench(
     args: argparse.Namespace,
-    upstream: Upstream,
-    llm: ScriptedOpenAIServer,
+    llm: UpstreamProcess,
     clawlet: ClawletProcess,
     litellm: LitellmProcess | None,
-) -> tuple[dict[str, Result], dict[str, Result]]:
+) -> tuple[dict[str, Result], dict[str, Result], list[str]]:
     async with _client(4) as client:  # the first turn tells which body clawlet sends the upstream
+        await llm.set_turn(client, args.chunks, args.chunk_delay)
         await measure_api_chat(client, clawlet.url)
-    direct_body = next(body for body in llm.requests if not is_title_request(body))
+        direct_body: dict[str, Any] = await llm.get(client, "agent-body")
     v1_body = {"model": "clawlet", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
-    paths = [Target("direct", lambda c: measure_openai_stream(c, llm.base_url, direct_body), None)]
+    paths = [Target("direct", lambda c: measure_openai_stream(c, llm.base_url, direct_body), llm.pid)]
     if litellm is not None:
         body = {**direct_body, "model": MODEL}
         auth = {"Authorization": f"Bearer {litellm.master_key}"}
@@ -549,14 +621,16 @@ async def bench(
     try:
         if gateway is not None:
             paths.append(Target("clawlet chat.send", lambda c: gateway.chat_send(), clawlet.pid))
-        upstream.delay = args.chunk_delay
         first = await sequential(paths, args.iterations, args.warmup)
-        upstream.delay = args.concurrent_delay
+        async with _client(4) as client:
+            await llm.set_turn(client, args.chunks, args.concurrent_delay)
         second = await concurrent(paths, args.concurrency)
     finally:
         if gateway is not None:
             await gateway.close()
-    return first, second
+    async with _client(4) as client:
+        errors: list[str] = await llm.get(client, "errors")
+    return first, second, errors
 
 
 def commit() -> str:
@@ -568,6 +642,8 @@ def commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.serve_upstream is not None:
+        return serve_upstream(args.serve_upstream)
     load_start = load_average()
     executable = None
     if not args.no_litellm:
@@ -576,8 +652,10 @@ def main(argv: list[str] | None = None) -> int:
         except LitellmUnavailable as exc:
             print(f"LiteLLM left out: {exc}\n(run with --no-litellm to skip it)", file=sys.stderr)
             return 2
-    upstream = Upstream(args.chunks, args.chunk_delay)
-    with tempfile.TemporaryDirectory(prefix="clawlet-compare-") as tmp, ScriptedOpenAIServer(upstream) as llm:
+    with (
+        tempfile.TemporaryDirectory(prefix="clawlet-compare-") as tmp,
+        UpstreamProcess(Path(tmp) / "upstream") as llm,
+    ):
         model_env = {
             "CLAWLET_PROVIDER": "openai",
             "CLAWLET_LLM_BASE_URL": llm.base_url,
@@ -589,11 +667,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if litellm is not None:
                     litellm.start()
-                first, second = asyncio.run(bench(args, upstream, llm, clawlet, litellm))
+                first, second, upstream_errors = asyncio.run(bench(args, llm, clawlet, litellm))
             finally:
                 if litellm is not None:
                     litellm.stop()
-        upstream_errors = list(llm.errors)
     print(
         f"compare: commit {commit()}, {os.cpu_count()} CPUs, {args.chunks} chunks per answer; "
         f"load average at start {load_start}, at end {load_average()}"
@@ -610,8 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         show_wall=True,
     )
     print(
-        "\ntimes in ms; CPU/req: the server process's CPU ms per request; +TTFT: added to direct's; "
-        "total x, wall x: multiples of direct's"
+        "\ntimes in ms; CPU/req: the server process's CPU ms per request (direct: the upstream's); "
+        "+TTFT: added to direct's; total x, wall x: multiples of direct's"
     )
     if upstream_errors:
         print(f"upstream errors: {upstream_errors[:3]}")
