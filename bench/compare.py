@@ -575,7 +575,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrent-delay", type=float, default=0.005, help="concurrent: seconds between chunks (0.005)"
     )
-    parser.add_argument("--quick", action="store_true", help="15 rounds, 20 at once: about a minute")
+    parser.add_argument("--quick", action="store_true", help="10 rounds, 20 at once: under a minute")
     parser.add_argument("--no-litellm", action="store_true", help="leave the LiteLLM proxy out")
     parser.add_argument("--no-gateway", action="store_true", help="leave the gateway's chat.send out")
     parser.add_argument(
@@ -584,7 +584,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.iterations, args.warmup, args.concurrency = 15, 3, 20
+        args.iterations, args.warmup, args.concurrency = 10, 2, 20
     if min(args.iterations, args.concurrency, args.chunks) < 1 or min(args.warmup, args.chunk_delay) < 0:
         parser.error("iterations, concurrency and chunks must be >= 1; warmup and delays >= 0")
     if args.concurrent_delay < 0:
