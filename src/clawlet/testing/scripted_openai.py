@@ -199,16 +199,17 @@ class ScriptedOpenAIServer:
     def start(self, timeout: float = 20.0) -> ScriptedOpenAIServer:
         if self._thread is not None:
             raise RuntimeError("server already started")
+        loop = aio.uvicorn_loop()  # before the socket: a bad CLAWLET_EVENT_LOOP leaks nothing
         # IPPROTO_TCP (not 0) lets asyncio's transport set TCP_NODELAY on each accepted socket, and
         # the listener's own TCP_NODELAY is inherited by them on Linux: without it, asyncio's loop
-        # leaves Nagle's algorithm on and, with the client's delayed ACKs, holds small chunks back.
+        # leaves Nagle's algorithm on, which may hold a small chunk until the last one is ACKed.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((self.host, self._requested_port))
         self.port = int(sock.getsockname()[1])
         self._socket = sock
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", loop=aio.uvicorn_loop())
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", loop=loop)
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(
