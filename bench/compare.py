@@ -18,7 +18,9 @@ The paths, each given the same request:
 * **litellm**: the proxy's ``/v1/chat/completions`` with that body;
 * **clawlet /v1**, **clawlet /api/chat**, **clawlet /api/agent** (the native endpoint) and
   **clawlet chat.send** (the gateway, over one WebSocket): a new session per request, the prompt
-  ``PROMPT``.
+  ``PROMPT``;
+* **clawlet /api/chat +N turns**: ``/api/chat`` on one session that had ``--history`` turns (50)
+  before the run (and gains one a round); sequential only (a session runs one turn at a time).
 
 TTFT is the time to the first content (content delta, ``token`` event, ``text_delta`` line, or
 ``chat`` delta event); total is the time to the end of the answer (``[DONE]``, ``done``,
@@ -289,9 +291,10 @@ class LitellmProcess(ServerProcess):
 # -- the clawlet paths -----------------------------------------------------------------------------
 
 
-async def measure_api_chat(client: httpx.AsyncClient, url: str) -> Sample:
-    """``POST /api/chat``: TTFT at the first ``token`` event, total at ``done``; read to the end."""
-    body = {"message": PROMPT, "session_id": f"bench-{uuid.uuid4().hex[:12]}"}
+async def measure_api_chat(client: httpx.AsyncClient, url: str, session_id: str | None = None) -> Sample:
+    """``POST /api/chat`` (a new session unless ``session_id``): TTFT at the first ``token`` event,
+    total at ``done``; read to the end."""
+    body = {"message": PROMPT, "session_id": session_id or f"bench-{uuid.uuid4().hex[:12]}"}
     start = time.perf_counter()
     ttft = total = math.nan
     chunks = 0
@@ -445,6 +448,7 @@ class Target:
     name: str
     measure: Measure
     pid: int | None
+    concurrent: bool = True  # False: one session, one turn at a time
 
 
 @dataclass
@@ -501,7 +505,7 @@ async def sequential(paths: list[Target], rounds: int, warmup: int) -> dict[str,
 async def concurrent(paths: list[Target], count: int) -> dict[str, Result]:
     """Each path's ``count`` requests at once, one path after the other."""
     results: dict[str, Result] = {}
-    for path in paths:
+    for path in (path for path in paths if path.concurrent):
         result = results[path.name] = Result(requests=count)
         async with _client(count) as client:
             cpu = _cpu(path.pid)
@@ -522,7 +526,7 @@ def _ms(seconds: float) -> str:
 def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
     print(f"\n[{title}]")
     header = (
-        f"{'path':<20}{'TTFT p50':>9}{'p99':>8}{'total p50':>10}{'p99':>8}{'CPU/req':>9}"
+        f"{'path':<28}{'TTFT p50':>9}{'p99':>8}{'total p50':>10}{'p99':>8}{'CPU/req':>9}"
         f"{'+TTFT p50':>10}{'p99':>8}{'total x':>8}"
     )
     print(header + (f"{'wall s':>8}{'wall x':>7}" if show_wall else "") + f"{'errors':>7}")
@@ -536,7 +540,7 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
         }
     for name, result in results.items():
         if not result.samples:
-            print(f"{name:<20} no answer: {result.errors[:2]}")
+            print(f"{name:<28} no answer: {result.errors[:2]}")
             continue
         ttfts = [s.ttft for s in result.samples]
         totals = [s.total for s in result.samples]
@@ -549,7 +553,7 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
             else f"{'':>10}{'':>8}{'':>8}"
         )
         line = (
-            f"{name:<20}{_ms(t50):>9}{_ms(t99):>8}{_ms(tot50):>10}{_ms(percentile(totals, 99)):>8}"
+            f"{name:<28}{_ms(t50):>9}{_ms(t99):>8}{_ms(tot50):>10}{_ms(percentile(totals, 99)):>8}"
             f"{_ms(cpu):>9}{added}"
         )
         if show_wall:
@@ -575,7 +579,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrent-delay", type=float, default=0.005, help="concurrent: seconds between chunks (0.005)"
     )
-    parser.add_argument("--quick", action="store_true", help="10 rounds, 20 at once: under a minute")
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=50,
+        help="earlier turns of the session in the '+N turns' row (50; 0: no row)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="10 rounds, 20 at once, 20 earlier turns: under a minute"
+    )
     parser.add_argument("--no-litellm", action="store_true", help="leave the LiteLLM proxy out")
     parser.add_argument("--no-gateway", action="store_true", help="leave the gateway's chat.send out")
     parser.add_argument(
@@ -584,10 +596,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.iterations, args.warmup, args.concurrency = 10, 2, 20
-    if min(args.iterations, args.concurrency, args.chunks) < 1 or min(args.warmup, args.chunk_delay) < 0:
-        parser.error("iterations, concurrency and chunks must be >= 1; warmup and delays >= 0")
-    if args.concurrent_delay < 0:
+        args.iterations, args.warmup, args.concurrency, args.history = 10, 2, 20, 20
+    if min(args.iterations, args.concurrency, args.chunks) < 1 or min(args.warmup, args.history) < 0:
+        parser.error("iterations, concurrency and chunks must be >= 1; warmup and history >= 0")
+    if min(args.chunk_delay, args.concurrent_delay) < 0:
         parser.error("delays must be >= 0")
     return args
 
@@ -615,6 +627,21 @@ async def bench(
     paths += [
         Target("clawlet /v1", lambda c: measure_openai_stream(c, f"{clawlet.url}/v1", v1_body), clawlet.pid),
         Target("clawlet /api/chat", lambda c: measure_api_chat(c, clawlet.url), clawlet.pid),
+    ]
+    if args.history:
+        session = f"bench-history-{uuid.uuid4().hex[:8]}"
+        async with _client(4) as client:
+            for _ in range(args.history):
+                await measure_api_chat(client, clawlet.url, session)
+        paths.append(
+            Target(
+                f"clawlet /api/chat +{args.history} turns",
+                lambda c: measure_api_chat(c, clawlet.url, session),
+                clawlet.pid,
+                concurrent=False,
+            )
+        )
+    paths += [
         Target("clawlet /api/agent", lambda c: measure_api_agent(c, clawlet.url), clawlet.pid),
     ]
     gateway = None if args.no_gateway else await Gateway.open(f"ws://127.0.0.1:{clawlet.port}/gateway")
@@ -688,7 +715,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "\ntimes in ms; CPU/req: the server process's CPU ms per request (direct: the upstream's); "
-        "+TTFT: added to direct's; total x, wall x: multiples of direct's"
+        "+TTFT: added to direct's; total x, wall x: multiples of direct's; +N turns: one session "
+        "with N earlier turns at the start (sequential only)"
     )
     if upstream_errors:
         print(f"upstream errors: {upstream_errors[:3]}")
