@@ -586,7 +586,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="earlier turns of the session in the '+N turns' row (50; 0: no row)",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="10 rounds, 20 at once, 20 earlier turns: under a minute"
+        "--quick", action="store_true", help="8 rounds, 10 at once, 10 earlier turns: about a minute"
     )
     parser.add_argument("--no-litellm", action="store_true", help="leave the LiteLLM proxy out")
     parser.add_argument("--no-gateway", action="store_true", help="leave the gateway's chat.send out")
@@ -596,7 +596,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.iterations, args.warmup, args.concurrency, args.history = 10, 2, 20, 20
+        args.iterations, args.warmup, args.concurrency, args.history = 8, 2, 10, 10
     if min(args.iterations, args.concurrency, args.chunks) < 1 or min(args.warmup, args.history) < 0:
         parser.error("iterations, concurrency and chunks must be >= 1; warmup and history >= 0")
     if min(args.chunk_delay, args.concurrent_delay) < 0:
