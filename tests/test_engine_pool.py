@@ -10,6 +10,7 @@ and is started again, and closing the server stops them.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from tests.test_approvals import (
     chat,
     names,
     one,
+    set_policies,
     test_approve_runs_the_tool_exactly_once,
     test_cancel_drops_what_a_session_waits_for,
     test_parallel_calls_each_wait_and_each_runs_once,
@@ -122,3 +124,14 @@ def test_stopping_the_server_stops_its_workers(
     pids = worker_pids(server)
     server.stop()
     assert wait_until(lambda: all(process_gone(pid) for pid in pids)), "an engine worker outlived the server"
+
+
+def test_a_named_workspace_keeps_the_main_homes_policies(server: LiveServer) -> None:
+    set_policies(server, {"terminal": "ask"})  # the main home's; the workspace "team" sets none
+    body = {"prompt": "run: echo n > workspace/n.txt", "workspace": "team"}
+    response = httpx.post(f"{server.url}/api/agent", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    lines = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert lines[-1]["subtype"] == "success" and "not available" in lines[-1]["result"]
+    team = server.settings.workspaces_root / "team"
+    assert not (team / "workspace" / "n.txt").exists()

@@ -55,7 +55,7 @@ def pooled_runtimes(pool: EnginePool) -> RuntimeTable:
     """``clawlet serve`` with engine workers: every session's turns run on ``pool``."""
 
     def table(_workspace: str, engine: AgentEngine) -> dict[str, AdapterFactory]:
-        return {"engine": lambda: PooledEngineAdapter(pool, engine, engine.demo_token_delay)}
+        return {"engine": lambda: PooledEngineAdapter(pool, engine)}
 
     return table
 

@@ -31,7 +31,7 @@ from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
 from clawlet.home import init_home
 from clawlet.inbox.service import build_inbox
 from clawlet.logs import RequestLogging
-from clawlet.runtime.engine_pool import EnginePool
+from clawlet.runtime.engine_pool import EnginePool, engine_spec
 from clawlet.services import (
     RuntimeTable,
     Services,
@@ -128,12 +128,14 @@ def create_app(
     settings = settings or Settings()
     pool = None
     if settings.engine_workers and runtimes is local_runtimes:  # turns run on engine worker processes
-        pool = EnginePool(settings.engine_workers, warm=settings, demo_token_delay=demo_token_delay)
+        pool = EnginePool(settings.engine_workers)
         runtimes = pooled_runtimes(pool)
     services: Services = build_services(
         settings, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run
     )
     workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run)
+    if pool is not None:  # each worker builds the default workspace's engine before it is ready
+        pool.warm = engine_spec(services.engine)
     inbox = build_inbox(settings, workspaces)
     # OpenClaw clients drive clawlet's agents over WebSocket at /gateway (and --gateway-port); the
     # agents are the inbox's (openclaw.json), each running in the clawlet workspace of its name

@@ -43,6 +43,17 @@ START_TIMEOUT = 120.0
 """Seconds a worker may take from spawn to ``ready`` (importing LangChain on a loaded machine)."""
 
 
+def engine_spec(engine: AgentEngine) -> dict[str, Any]:
+    """What a worker builds the same engine from: the settings (API keys included: they go over
+    the pipe only), the demo model's delay and the parent config of a named workspace's policies."""
+    parent = engine.runtime_config.parent
+    return {
+        "settings": engine.settings.model_dump(mode="json"),
+        "demo_token_delay": engine.demo_token_delay,
+        "parent_config": None if parent is None else str(parent.path),
+    }
+
+
 class EngineWorkerFailed(RuntimeError):
     """The worker running a turn could not start or died during it."""
 
@@ -152,9 +163,7 @@ class EnginePool:
             if code:
                 log.error("engine worker %d exited with code %d", worker.process.pid, code)
 
-    async def run(
-        self, settings: Settings, demo_token_delay: float, message: UserMessage
-    ) -> AsyncGenerator[Event, None]:
+    async def run(self, engine: AgentEngine, message: UserMessage) -> AsyncGenerator[Event, None]:
         """The events of one turn, run on the least busy worker; raises :class:`EngineWorkerFailed`
         (or the turn's own error, as its text) when the turn fails. Closing the iterator early
         cancels the turn in the worker."""
@@ -170,8 +179,7 @@ class EnginePool:
         ended = False
         try:
             line = encode_message(turn_id, message)
-            line["settings"] = settings.model_dump(mode="json")
-            line["demo_token_delay"] = demo_token_delay
+            line.update(engine_spec(engine))
             assert worker.process.stdin is not None
             worker.process.stdin.write(encode_line(line))
             while True:
@@ -221,10 +229,9 @@ class PooledEngineAdapter(RuntimeAdapter):
 
     supports_approvals = True
 
-    def __init__(self, pool: EnginePool, engine: AgentEngine, demo_token_delay: float) -> None:
+    def __init__(self, pool: EnginePool, engine: AgentEngine) -> None:
         self.pool = pool
         self.engine = engine
-        self.demo_token_delay = demo_token_delay
         self.session_id: str | None = None
         self.turns = 0
         self.running = False
@@ -235,7 +242,7 @@ class PooledEngineAdapter(RuntimeAdapter):
     async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
         self.turns += 1
         self.running = True
-        events = self.pool.run(self.engine.settings, self.demo_token_delay, data)
+        events = self.pool.run(self.engine, data)
         try:
             async with contextlib.aclosing(events):
                 async for event in events:

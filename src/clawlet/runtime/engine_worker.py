@@ -6,12 +6,13 @@ for any number of concurrent turns of any session, on a pipe to ``clawlet serve`
 
     parent → worker  init    {held_secrets, warm}                first line: the server's secrets
                                                                  (masked in tool output), and the
-                                                                 {settings, demo_token_delay} of
-                                                                 the engine to build at once
+                                                                 engine_spec of the engine to
+                                                                 build at once
     worker → parent  ready   {pid}
-    parent → worker  message {turn, settings, demo_token_delay, …}  one turn: the fields of
-                                                                 process_pipe.encode_message, plus
-                                                                 the settings of the session's home
+    parent → worker  message {turn, settings, demo_token_delay,   one turn: the fields of
+                              parent_config, …}                  process_pipe.encode_message, plus
+                                                                 the engine_spec of the session's
+                                                                 workspace engine
     worker → parent  event   {turn, event}                       each event the engine yields
     worker → parent  end     {turn, error}                       the turn is over (error: null, or
                                                                  what it raised, "Type: message")
@@ -33,6 +34,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from clawlet import aio
@@ -46,7 +48,7 @@ from clawlet.secret_env import hold_secrets
 log = logging.getLogger(__name__)
 
 
-def build_engine(settings: Settings, demo_token_delay: float) -> AgentEngine:
+def build_engine(settings: Settings, demo_token_delay: float, parent_config: str | None) -> AgentEngine:
     """The engine of one home, as ``clawlet serve`` builds it (its indexes opened one process at a
     time: opening runs a read-then-write transaction)."""
     from clawlet.execplane.session_child import INDEX_LOCK, exclusive
@@ -56,9 +58,10 @@ def build_engine(settings: Settings, demo_token_delay: float) -> AgentEngine:
     with exclusive(settings.paths.storage / INDEX_LOCK):
         memory = MemoryIndex(settings.paths, embedder)
         knowledge = KnowledgeBase(settings.paths, embedder)
+    parent = None if parent_config is None else RuntimeConfig(Path(parent_config))
     engine = AgentEngine(
         settings,
-        RuntimeConfig(settings.paths.config_file),
+        RuntimeConfig(settings.paths.config_file, parent),
         memory,
         knowledge,
         demo_token_delay=demo_token_delay,
@@ -80,11 +83,17 @@ class EngineWorker:
         self.writer.write(encode_line(message))
         await self.writer.drain()
 
-    def engine_for(self, settings_json: Mapping[str, Any], demo_token_delay: float) -> AgentEngine:
-        key = json.dumps([settings_json, demo_token_delay], sort_keys=True)
+    def engine_for(self, spec: Mapping[str, Any]) -> AgentEngine:
+        """The engine of an :func:`~clawlet.runtime.engine_pool.engine_spec`, built on first use."""
+        key = json.dumps(spec, sort_keys=True)
         engine = self.engines.get(key)
         if engine is None:
-            engine = self.engines[key] = build_engine(Settings(**dict(settings_json)), demo_token_delay)
+            parent = spec.get("parent_config")
+            engine = self.engines[key] = build_engine(
+                Settings(**dict(spec["settings"])),
+                float(spec.get("demo_token_delay") or 0.0),
+                None if parent is None else str(parent),
+            )
         return engine
 
     async def serve(self) -> int:
@@ -96,7 +105,7 @@ class EngineWorker:
         hold_secrets(dict(init.get("held_secrets") or {}))  # masked in tool output, as in the server
         warm = init.get("warm")
         if isinstance(warm, dict):  # the server's default home: built before the first turn needs it
-            await asyncio.to_thread(self.engine_for, dict(warm["settings"]), float(warm["demo_token_delay"]))
+            await asyncio.to_thread(self.engine_for, warm)
         gc.collect()
         gc.freeze()  # what is loaded now lives as long as the process: full collections skip it
         await self.send({"type": "ready", "pid": os.getpid()})
@@ -128,9 +137,8 @@ class EngineWorker:
         error: str | None = None
         try:
             data = decode_message(message)
-            engine = await asyncio.to_thread(
-                self.engine_for, dict(message["settings"]), float(message.get("demo_token_delay") or 0.0)
-            )
+            spec = {key: message.get(key) for key in ("settings", "demo_token_delay", "parent_config")}
+            engine = await asyncio.to_thread(self.engine_for, spec)
             events = EngineAdapter(engine).send_message(data)
             async with contextlib.aclosing(events):
                 async for event in events:
