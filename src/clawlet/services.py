@@ -19,6 +19,7 @@ from clawlet.files import EditableFiles
 from clawlet.home import init_home
 from clawlet.memory.stores import MEMORY_SOURCE, KnowledgeBase, MemoryIndex, build_embedder
 from clawlet.runtime.engine_adapter import EngineAdapter
+from clawlet.runtime.engine_pool import EnginePool, PooledEngineAdapter
 from clawlet.runtime.manager import AdapterFactory, Run, SessionManager
 from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
@@ -48,6 +49,15 @@ WorkspaceRunObserver = Callable[[str, Run], None]
 def local_runtimes(_workspace: str, engine: AgentEngine) -> dict[str, AdapterFactory]:
     """Local mode: every session runs the engine in this process."""
     return {"engine": lambda: EngineAdapter(engine)}
+
+
+def pooled_runtimes(pool: EnginePool) -> RuntimeTable:
+    """``clawlet serve`` with engine workers: every session's turns run on ``pool``."""
+
+    def table(_workspace: str, engine: AgentEngine) -> dict[str, AdapterFactory]:
+        return {"engine": lambda: PooledEngineAdapter(pool, engine)}
+
+    return table
 
 
 def build_services(
