@@ -593,6 +593,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--litellm-venv", type=Path, default=default_litellm_venv(), help="LiteLLM's own virtual environment"
     )
+    parser.add_argument(
+        "--engine-workers",
+        type=int,
+        default=0,
+        help="clawlet's CLAWLET_ENGINE_WORKERS (0: turns in the server's process; CPU counts its workers)",
+    )
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -688,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
             "CLAWLET_LLM_BASE_URL": llm.base_url,
             "CLAWLET_LLM_MODEL": MODEL,
             "CLAWLET_LLM_API_KEY": "bench-key",
+            "CLAWLET_ENGINE_WORKERS": str(args.engine_workers),
         }
         litellm = LitellmProcess(Path(tmp) / "litellm", executable, llm.base_url) if executable else None
         with ClawletProcess(Path(tmp) / "clawlet", env=model_env) as clawlet:
@@ -699,7 +706,8 @@ def main(argv: list[str] | None = None) -> int:
                 if litellm is not None:
                     litellm.stop()
     print(
-        f"compare: commit {commit()}, {os.cpu_count()} CPUs, {args.chunks} chunks per answer; "
+        f"compare: commit {commit()}, {os.cpu_count()} CPUs, {args.chunks} chunks per answer, "
+        f"{args.engine_workers} engine workers; "
         f"load average at start {load_start}, at end {load_average()}"
     )
     report(
