@@ -18,7 +18,7 @@ from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
 from openai.types.chat import ChatCompletionChunk
 
 from clawlet.config import Settings
-from clawlet.llm.openai_stream import PlainChunkChatDeepSeek, PlainChunkChatOpenAI
+from clawlet.llm.openai_stream import PlainChunkChatDeepSeek, PlainChunkChatOpenAI, PlainChunkCompletions
 from clawlet.llm.providers import build_chat_model
 from clawlet.testing.scripted_openai import (
     JSONDict,
@@ -290,3 +290,12 @@ def test_a_non_streamed_call_is_the_stock_one(upstream: ScriptedOpenAIServer) ->
     assert isinstance(got, AIMessage)
     assert comparable(got) == comparable(expected)
     assert [call["name"] for call in got.tool_calls] == ["get_weather", "get_time"]
+
+
+def test_deepseeks_beta_endpoint_copy_relays_plain_chunks_with_the_same_timeout() -> None:
+    """DeepSeek's strict structured output streams from a copy of the model on its beta endpoint."""
+    model = PlainChunkChatDeepSeek(model_name="deepseek-chat", api_key="k", stream_chunk_timeout=7)
+    beta = model._with_beta_api_base()
+    assert isinstance(beta.async_client, PlainChunkCompletions) and beta.stream_chunk_timeout is None
+    assert beta.async_client.timeout == 7 and beta.async_client is not model.async_client
+    assert "beta" in str(beta.root_async_client.base_url)
