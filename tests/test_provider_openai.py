@@ -130,7 +130,7 @@ def test_text_turn_streams_tokens_then_done_then_title(
 
     assert collapsed_names(events) == ["token", "done", "title"]
     assert relayed_whole(tokens(events), split_text(answer))
-    assert len(tokens(events)) > 3
+    assert len(tokens(events)) > 1
     assert "".join(tokens(events)) == answer
     assert one(events, "done") == {"type": "done", "content": answer, "session_id": "t1"}
     assert one(events, "title") == {"type": "title", "session_id": "t1", "title": "Greetings"}
