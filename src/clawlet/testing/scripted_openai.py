@@ -95,6 +95,9 @@ class Turn:
     reasoning: str = ""  # streamed first as DeepSeek-style ``reasoning_content`` deltas
     hold: threading.Event | None = None
     finish: str = ""  # another finish_reason than the usual one (``length``: cut at max_tokens)
+    frames: Sequence[JSONDict] = ()
+    """Streamed as they are instead of the chunks built from the fields above (then ``[DONE]``):
+    an upstream's odd shapes (a choice without a delta, usage details, logprobs, an error)."""
 
     @property
     def finish_reason(self) -> str:
@@ -413,6 +416,11 @@ async def _stream_frames(
         "model": model,
         "system_fingerprint": None,
     }
+    if turn.frames:
+        for frame in turn.frames:
+            yield _data(frame)
+        yield "data: [DONE]\n\n"
+        return
     for position, (delta, finish_reason) in enumerate(stream_deltas(turn)):
         if position and turn.delay > 0:
             await asyncio.sleep(turn.delay)
