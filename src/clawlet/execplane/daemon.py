@@ -629,12 +629,14 @@ class ExecPlane:
 
     # -- api_app's runtimes and runs ----------------------------------------------------------
 
-    def _runtimes(self, workspace: str, engine: AgentEngine) -> dict[str, ManagerAdapterFactory]:
+    def _runtimes(
+        self, workspace: str, engine: Callable[[], AgentEngine]
+    ) -> dict[str, ManagerAdapterFactory]:
         """``api_app``'s runtime table: every runtime type's sessions run on a :class:`SessionRuntime`
         (which resolves the type itself, from ``start_session`` or ``init``)."""
 
         def make() -> RuntimeAdapter:
-            return SessionRuntime(self, workspace, engine)
+            return SessionRuntime(self, workspace, engine())
 
         return {name: make for name in {DEFAULT_RUNTIME_TYPE, *self.adapter_factories}}
 
