@@ -19,15 +19,19 @@ Then (unless ``--turns 0``) one more ``clawlet serve`` answers ``--turns`` simul
 (``POST /api/chat``, a new session each, the demo model streaming its answer) and the script reports
 its ``VmRSS`` when all have finished, its peak (``VmHWM``), and how many turns failed.
 
-Run from the repository root (about a minute with the defaults)::
+With ``--compare-src DIR`` (another checkout's ``src``, e.g. main's) that checkout's
+``clawlet serve`` runs too, interleaved with this one's, in every measurement: a before/after in one run.
 
-    .venv/bin/python bench/startup.py [--runs 5] [--settle 2] [--turns 500]
+Run from the repository root (a few minutes with the defaults)::
+
+    .venv/bin/python bench/startup.py [--runs 5] [--settle 2] [--turns 500] [--compare-src DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import statistics
 import subprocess
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,8 +86,12 @@ def status_kb(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
-def child_env(home: Path) -> dict[str, str]:
+def child_env(home: Path, src: Path | None = None) -> dict[str, str]:
+    """The children's environment: clean clawlet settings, the demo model, ``src`` (default: this
+    checkout's) first on ``PYTHONPATH``."""
     env = clean_environ()
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed clawlet has its bytecode cached
     env.update(CLAWLET_HOME=str(home), OPENCLAW_CONFIG_PATH=str(home / "openclaw.json"))
     env["CLAWLET_PROVIDER"] = "demo"
@@ -130,13 +139,13 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def spawn(command: list[str], home: Path) -> tuple[subprocess.Popen[bytes], float]:
+def spawn(command: list[str], home: Path, src: Path | None = None) -> tuple[subprocess.Popen[bytes], float]:
     home.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     process = subprocess.Popen(
         command,
         cwd=home,
-        env=child_env(home),
+        env=child_env(home, src),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -144,8 +153,8 @@ def spawn(command: list[str], home: Path) -> tuple[subprocess.Popen[bytes], floa
     return process, started
 
 
-def start_server(command: list[str], port: int, home: Path, settle: float) -> Start:
-    process, started = spawn(command, home)
+def start_server(command: list[str], port: int, home: Path, settle: float, src: Path | None = None) -> Start:
+    process, started = spawn(command, home, src)
     try:
         ready, cpu = wait_ready(process, f"http://127.0.0.1:{port}/health/ready", started)
         time.sleep(settle)  # idle: nothing but the server's own background work
@@ -158,9 +167,9 @@ def clawlet_command(port: int) -> list[str]:
     return [sys.executable, "-m", "clawlet", "serve", "--host", "127.0.0.1", "--port", str(port)]
 
 
-def start_clawlet(root: Path, settle: float) -> Start:
+def start_clawlet(root: Path, settle: float, src: Path | None = None) -> Start:
     port = free_port()
-    return start_server(clawlet_command(port), port, root / f"home-{uuid.uuid4().hex[:8]}", settle)
+    return start_server(clawlet_command(port), port, root / f"home-{uuid.uuid4().hex[:8]}", settle, src)
 
 
 def start_hello(root: Path, settle: float) -> Start:
@@ -192,10 +201,12 @@ async def burst(url: str, turns: int) -> int:
     return sum(1 for result in results if result is not True)
 
 
-def after_turns(root: Path, turns: int, settle: float) -> tuple[float, float, float, int, float]:
+def after_turns(
+    root: Path, turns: int, settle: float, src: Path | None = None
+) -> tuple[float, float, float, int, float]:
     """Idle RSS, RSS after ``turns`` simultaneous turns, peak RSS (MB), failures, burst seconds."""
     port = free_port()
-    process, started = spawn(clawlet_command(port), root / "home-turns")
+    process, started = spawn(clawlet_command(port), root / f"home-turns-{uuid.uuid4().hex[:8]}", src)
     try:
         wait_ready(process, f"http://127.0.0.1:{port}/health/ready", started)
         time.sleep(settle)
@@ -220,15 +231,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured starts per path (default 5)")
     parser.add_argument("--settle", type=float, default=2.0, help="idle seconds before the RSS (default 2)")
     parser.add_argument("--turns", type=int, default=500, help="simultaneous turns, then the RSS (0: skip)")
+    parser.add_argument(
+        "--compare-src",
+        type=Path,
+        help="another checkout's src/ (e.g. main's): its clawlet serve runs interleaved with this one's",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.settle < 0 or args.turns < 0:
         parser.error("runs must be >= 1, settle and turns >= 0")
 
-    paths = {
+    sources: dict[str, Path | None] = {"clawlet serve": None}
+    if args.compare_src:
+        sources[f"clawlet serve ({args.compare_src})"] = args.compare_src.resolve()
+    paths: dict[str, Callable[[Path, float], Start]] = {
         "bare python": start_bare_python,
         "uvicorn hello": start_hello,
-        "clawlet serve": start_clawlet,
     }
+    for name, src in sources.items():
+        paths[name] = functools.partial(start_clawlet, src=src)
     results: dict[str, list[Start]] = {name: [] for name in paths}
     with tempfile.TemporaryDirectory(prefix="clawlet-bench-startup-") as tmp:
         root = Path(tmp)
@@ -239,27 +259,29 @@ def main(argv: list[str] | None = None) -> int:
                 results[name].append(run(root, args.settle))
         load = os.getloadavg()[0]
         print(f"start and size: {args.runs} starts per path, interleaved; load average {load:.2f}")
-        print(f"{'path':16} {'ready (median, range)':>28} {'CPU to ready':>28} {'idle RSS':>28}")
+        width = max(len(name) for name in paths)
+        print(f"{'path':{width}} {'ready (median, range)':>28} {'CPU to ready':>28} {'idle RSS':>28}")
         for name, starts in results.items():
             print(
-                f"{name:16} {describe([s.ready for s in starts], 's')} "
+                f"{name:{width}} {describe([s.ready for s in starts], 's')} "
                 f"{describe([s.cpu for s in starts], 's')} {describe([s.rss_mb for s in starts], 'MB')}"
             )
-        hello, clawlet = results["uvicorn hello"], results["clawlet serve"]
+        hello = results["uvicorn hello"]
+        for name in sources:
 
-        def ratio(attr: str) -> float:
-            mine = statistics.median(getattr(s, attr) for s in clawlet)
-            return mine / statistics.median(getattr(s, attr) for s in hello)
+            def ratio(attr: str, name: str = name) -> float:
+                mine = statistics.median(getattr(s, attr) for s in results[name])
+                return mine / statistics.median(getattr(s, attr) for s in hello)
 
-        print(
-            f"ratio clawlet/uvicorn hello (medians): ready {ratio('ready'):.2f}x, "
-            f"CPU {ratio('cpu'):.2f}x, idle RSS {ratio('rss_mb'):.2f}x"
-        )
-        if args.turns:
-            idle, loaded, peak, failed, took = after_turns(root, args.turns, args.settle)
             print(
-                f"{args.turns} simultaneous turns in {took:.1f} s, {failed} failed: RSS idle {idle:.0f} MB, "
-                f"after {loaded:.0f} MB, peak {peak:.0f} MB"
+                f"ratio {name} / uvicorn hello (medians): ready {ratio('ready'):.2f}x, "
+                f"CPU {ratio('cpu'):.2f}x, idle RSS {ratio('rss_mb'):.2f}x"
+            )
+        for name, src in sources.items() if args.turns else ():
+            idle, loaded, peak, failed, took = after_turns(root, args.turns, args.settle, src)
+            print(
+                f"{name}: {args.turns} simultaneous turns in {took:.1f} s, {failed} failed: "
+                f"RSS idle {idle:.0f} MB, after {loaded:.0f} MB, peak {peak:.0f} MB"
             )
     return 0
 
