@@ -98,12 +98,14 @@ def child_env(home: Path, src: Path | None = None) -> dict[str, str]:
     return env
 
 
-BARE_PYTHON = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+BARE_PYTHON = (
+    "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))"
+)
 
 
 def start_bare_python(root: Path, settle: float) -> Start:
-    """The bare interpreter: its time to exit, its CPU (``wait4``) and its own peak RSS (printed: a
-    child's rusage also counts the memory of the parent it was spawned from)."""
+    """The bare interpreter: its time to exit, its CPU (``wait4``) and its own peak RSS (``VmHWM``,
+    printed: a child's ``ru_maxrss`` also counts the parent it was forked from)."""
     started = time.perf_counter()
     command = [sys.executable, "-c", BARE_PYTHON]
     process = subprocess.Popen(command, env=child_env(root), stdout=subprocess.PIPE)
