@@ -12,8 +12,9 @@ writes the bytecode caches):
 For the servers it polls ``GET /health/ready`` every 20 ms from the moment of ``exec`` and reports
 the time to the first 200 (**ready**), the CPU seconds the server used until then (user + system,
 from ``/proc``: steadier than the wall time on a shared machine) and, ``--settle`` seconds later with
-no request in between, its ``VmRSS`` (**idle RSS**). Medians and ranges over the runs, and the ratios of
-clawlet to the bare uvicorn.
+no request in between, its ``VmRSS`` (**idle RSS**); then clawlet's first chat turn, timed to its
+first token (what the imports left to the first request cost). Medians and ranges over the runs, and
+the ratios of clawlet to the bare uvicorn.
 
 Then (unless ``--turns 0``) one more ``clawlet serve`` answers ``--turns`` simultaneous chat turns
 (``POST /api/chat``, a new session each, the demo model streaming its answer) and the script reports
@@ -75,6 +76,9 @@ class Start:
     """CPU seconds the process used until then."""
     rss_mb: float
     """VmRSS after ``--settle`` seconds (for the bare python: its peak RSS)."""
+    first_turn: float = 0.0
+    """clawlet: seconds from the first chat turn's request to its first ``token`` event (after the
+    RSS was read): what the imports left for the first turn cost."""
 
 
 def status_kb(pid: int, field: str) -> int:
@@ -155,14 +159,33 @@ def spawn(command: list[str], home: Path, src: Path | None = None) -> tuple[subp
     return process, started
 
 
-def start_server(command: list[str], port: int, home: Path, settle: float, src: Path | None = None) -> Start:
+def start_server(
+    command: list[str], port: int, home: Path, settle: float, src: Path | None = None, *, chat: bool = False
+) -> Start:
     process, started = spawn(command, home, src)
     try:
         ready, cpu = wait_ready(process, f"http://127.0.0.1:{port}/health/ready", started)
         time.sleep(settle)  # idle: nothing but the server's own background work
-        return Start(ready, cpu, status_kb(process.pid, "VmRSS") / 1024)
+        result = Start(ready, cpu, status_kb(process.pid, "VmRSS") / 1024)
+        if chat:
+            result.first_turn = first_token(f"http://127.0.0.1:{port}")
+        return result
     finally:
         stop(process)
+
+
+def first_token(url: str) -> float:
+    """Seconds from a chat turn's request to its first ``token`` event."""
+    body = {"message": "Tell me something.", "session_id": f"bench-{uuid.uuid4().hex[:12]}"}
+    started = time.perf_counter()
+    with (
+        httpx.Client(timeout=TURN_TIMEOUT) as client,
+        client.stream("POST", f"{url}/api/chat", json=body) as response,
+    ):
+        for line in response.iter_lines():
+            if line == "event: token":
+                return time.perf_counter() - started
+    raise RuntimeError("the first turn streamed no token")
 
 
 def clawlet_command(port: int) -> list[str]:
@@ -171,7 +194,8 @@ def clawlet_command(port: int) -> list[str]:
 
 def start_clawlet(root: Path, settle: float, src: Path | None = None) -> Start:
     port = free_port()
-    return start_server(clawlet_command(port), port, root / f"home-{uuid.uuid4().hex[:8]}", settle, src)
+    home = root / f"home-{uuid.uuid4().hex[:8]}"
+    return start_server(clawlet_command(port), port, home, settle, src, chat=True)
 
 
 def start_hello(root: Path, settle: float) -> Start:
@@ -269,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{describe([s.cpu for s in starts], 's')} {describe([s.rss_mb for s in starts], 'MB')}"
             )
         hello = results["uvicorn hello"]
+        for name in sources:
+            turns = [s.first_turn for s in results[name]]
+            print(f"{name}: first chat turn after ready, time to first token {describe(turns, 's')}")
         for name in sources:
 
             def ratio(attr: str, name: str = name) -> float:
