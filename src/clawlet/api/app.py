@@ -135,7 +135,7 @@ def create_app(
     )
     workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run)
     if pool is not None:  # each worker builds the default workspace's engine before it is ready
-        pool.warm = engine_spec(services.engine)
+        pool.warm = engine_spec(services.engine_handle)
     inbox = build_inbox(settings, workspaces)
     # OpenClaw clients drive clawlet's agents over WebSocket at /gateway (and --gateway-port); the
     # agents are the inbox's (openclaw.json), each running in the clawlet workspace of its name

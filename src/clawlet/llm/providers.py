@@ -10,13 +10,13 @@ model is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from langchain.chat_models import init_chat_model
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING
 
 from clawlet.config import Settings
-from clawlet.llm.demo import DEMO_MODEL_LABEL, DEMO_MODEL_NAME, DemoChatModel
-from clawlet.llm.openai_stream import PlainChunkChatDeepSeek, PlainChunkChatOpenAI
+from clawlet.llm.demo_names import DEMO_MODEL_LABEL, DEMO_MODEL_NAME
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 
 class ProviderConfigError(ValueError):
@@ -53,6 +53,12 @@ def build_chat_model(
     settings: Settings, *, temperature: float | None = None, demo_token_delay: float = 0.0
 ) -> BaseChatModel:
     """A fresh chat model for one run (or one title/summary request)."""
+    from langchain.chat_models import init_chat_model  # not when the server starts (see clawlet.cli)
+    from langchain_core.language_models import BaseChatModel
+
+    from clawlet.llm.demo import DemoChatModel
+    from clawlet.llm.openai_stream import PlainChunkChatDeepSeek, PlainChunkChatOpenAI
+
     info = describe_model(settings)
     temp = settings.temperature if temperature is None else temperature
     if info.provider == "demo":

@@ -25,16 +25,16 @@ import logging
 import sys
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clawlet.config import Settings
-from clawlet.engine.agent import AgentEngine
 from clawlet.engine.approvals import Decision
 from clawlet.events import Event, Pending, event_from_json
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
-from clawlet.runtime.process import child_environment
 from clawlet.runtime.process_pipe import LINE_LIMIT, encode_line, encode_message
 from clawlet.secret_env import held_secrets
+
+if TYPE_CHECKING:
+    from clawlet.services import EngineHandle
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ START_TIMEOUT = 120.0
 """Seconds a worker may take from spawn to ``ready`` (importing LangChain on a loaded machine)."""
 
 
-def engine_spec(engine: AgentEngine) -> dict[str, Any]:
-    """What a worker builds the same engine from: the settings (API keys included: they go over
+def engine_spec(engine: EngineHandle) -> dict[str, Any]:
+    """What a worker builds a workspace's engine from: the settings (API keys included: they go over
     the pipe only), the demo model's delay and the parent config of a named workspace's policies."""
     parent = engine.runtime_config.parent
     return {
@@ -72,20 +72,10 @@ class EnginePool:
     """``size`` engine worker processes, started on first use (or by :meth:`start`); each builds
     the engine of ``warm`` (the server's default home) before it says it is ready."""
 
-    def __init__(
-        self,
-        size: int,
-        *,
-        warm: Settings | None = None,
-        demo_token_delay: float = 0.0,
-        python: str = sys.executable,
-    ) -> None:
+    def __init__(self, size: int, *, python: str = sys.executable) -> None:
         self.size = size
-        self.warm = (
-            None
-            if warm is None
-            else {"settings": warm.model_dump(mode="json"), "demo_token_delay": demo_token_delay}
-        )
+        self.warm: dict[str, Any] | None = None
+        """The :func:`engine_spec` of the engine each worker builds before it is ready."""
         self.python = python
         self._workers: list[_Worker | None] = [None] * size
         self._starting: list[asyncio.Task[_Worker] | None] = [None] * size
@@ -112,6 +102,8 @@ class EnginePool:
         return worker
 
     async def _spawn(self) -> _Worker:
+        from clawlet.runtime.process import child_environment
+
         process = await asyncio.create_subprocess_exec(
             self.python,
             "-m",
@@ -163,7 +155,7 @@ class EnginePool:
             if code:
                 log.error("engine worker %d exited with code %d", worker.process.pid, code)
 
-    async def run(self, engine: AgentEngine, message: UserMessage) -> AsyncGenerator[Event, None]:
+    async def run(self, engine: EngineHandle, message: UserMessage) -> AsyncGenerator[Event, None]:
         """The events of one turn, run on the least busy worker; raises :class:`EngineWorkerFailed`
         (or the turn's own error, as its text) when the turn fails. Closing the iterator early
         cancels the turn in the worker."""
@@ -224,12 +216,12 @@ class EnginePool:
 
 
 class PooledEngineAdapter(RuntimeAdapter):
-    """The ``engine`` runtime of one session when turns run on engine workers; ``engine`` (the
-    workspace's, in the server) checks decisions against its tools' schemas."""
+    """The ``engine`` runtime of one session when turns run on engine workers; the workspace's own
+    engine (built in the server when first needed) checks decisions against its tools' schemas."""
 
     supports_approvals = True
 
-    def __init__(self, pool: EnginePool, engine: AgentEngine) -> None:
+    def __init__(self, pool: EnginePool, engine: EngineHandle) -> None:
         self.pool = pool
         self.engine = engine
         self.session_id: str | None = None
@@ -251,7 +243,7 @@ class PooledEngineAdapter(RuntimeAdapter):
             self.running = False
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
-        return self.engine.check_decision(pending, decision)
+        return self.engine.get().check_decision(pending, decision)
 
     async def cancel(self) -> None:
         return None  # cancelling the task iterating send_message() closes the turn in the worker
