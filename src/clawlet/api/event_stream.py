@@ -11,8 +11,7 @@ import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from fastapi.responses import StreamingResponse
-
+from clawlet.api.sse_response import SseResponse
 from clawlet.event_stream import EventStream
 from clawlet.events import Event
 
@@ -41,10 +40,6 @@ class SseEventStream(EventStream[str]):
     def on_keepalive(self) -> Iterable[str]:
         return (KEEPALIVE,)
 
-    def response(self, events: AsyncIterator[Event | None], headers: Mapping[str, str]) -> StreamingResponse:
+    def response(self, events: AsyncIterator[Event | None], headers: Mapping[str, str]) -> SseResponse:
         """The streamed HTTP response for ``events`` (unbuffered by proxies, never cached)."""
-        return StreamingResponse(
-            self.transform(events),
-            media_type="text/event-stream",
-            headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return SseResponse(self.transform(events), headers)

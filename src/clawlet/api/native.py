@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clawlet.api.deps import WorkspacesDep
@@ -28,6 +27,7 @@ from clawlet.api.errors import ApiError
 from clawlet.api.event_stream import KEEPALIVE_SECONDS, SseEventStream, sse_data
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
+from clawlet.api.sse_response import SseResponse
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import (
@@ -166,7 +166,7 @@ class NativeStream(SseEventStream):
 
 @router.post("/agent")
 @router.post("/claude")
-async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingResponse:
+async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> SseResponse:
     try:
         services = workspaces.get(body.workspace)
     except InvalidWorkspace as exc:
