@@ -14,6 +14,7 @@ in ``permission_mode`` (``deny`` or ``skip``) and ``permissions`` (a sentence, o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import uuid
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clawlet.api.deps import WorkspacesDep
 from clawlet.api.errors import ApiError
-from clawlet.api.event_stream import KEEPALIVE_SECONDS, SseEventStream, sse_data
+from clawlet.api.event_stream import HOLE, KEEPALIVE_SECONDS, FrameTemplate, SseEventStream, sse_data
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.api.sse_response import SseResponse
@@ -77,7 +78,15 @@ class AgentRequest(BaseModel):
 
 def event_type(event: Event) -> str:
     """``TextDelta`` → ``text_delta``."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(event).__name__).lower()
+    return _type_name(type(event))
+
+
+@functools.cache
+def _type_name(kind: type) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind.__name__).lower()
+
+
+_TEXT = FrameTemplate(sse_data({"type": "text_delta", "text": HOLE}))
 
 
 def attach_files(services: Services, prompt: str, files: list[str]) -> str:
@@ -137,7 +146,7 @@ class NativeStream(SseEventStream):
         return self._event(event)
 
     def on_text(self, event: TextDelta) -> Iterable[str]:
-        return self._event(event)
+        return (_TEXT.fill(event.text),)
 
     def on_thinking(self, event: Thinking) -> Iterable[str]:
         return self._event(event)
