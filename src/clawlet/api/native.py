@@ -14,7 +14,6 @@ in ``permission_mode`` (``deny`` or ``skip``) and ``permissions`` (a sentence, o
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import uuid
 from collections.abc import Iterable
@@ -78,12 +77,14 @@ class AgentRequest(BaseModel):
 
 def event_type(event: Event) -> str:
     """``TextDelta`` → ``text_delta``."""
-    return _type_name(type(event))
+    name = type(event).__name__
+    known = _TYPE_NAMES.get(name)
+    if known is None:
+        known = _TYPE_NAMES[name] = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return known
 
 
-@functools.cache
-def _type_name(kind: type) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind.__name__).lower()
+_TYPE_NAMES: dict[str, str] = {}
 
 
 _TEXT = FrameTemplate(sse_data({"type": "text_delta", "text": HOLE}))
