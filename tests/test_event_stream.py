@@ -182,6 +182,35 @@ def test_stop_at_end_stops_after_the_terminal_event() -> None:
     assert run(Recorder(), events) == ["before", "text:hi", "finished", "title", "after"]
 
 
+def test_batches_are_the_items_ready_together() -> None:
+    """One list per moment: the opening, each event's items, and the run's end with the closing
+    (with ``stop_at_end``) — what an SSE response sends as one body message each."""
+
+    class TwoPerText(StopAtEnd):
+        def on_text(self, event: TextDelta) -> Iterable[str]:
+            return ("text:" + event.text, "more")
+
+    async def collect(stream: EventStream[str], events: list[Event | None]) -> list[list[str]]:
+        return [batch async for batch in stream.batches(source(events))]
+
+    events: list[Event | None] = [TextDelta("a"), Usage(1, 2), None, RunFinished("a", "s"), Title("s", "T")]
+    assert asyncio.run(collect(TwoPerText(), events)) == [
+        ["before"],
+        ["text:a", "more"],
+        ["usage"],
+        ["finished", "after"],
+    ]
+    assert asyncio.run(collect(SseRecorder(), events)) == [
+        ["before"],
+        ["text:a"],
+        ["usage"],
+        [KEEPALIVE],
+        ["finished"],
+        ["title"],
+        ["after"],
+    ]
+
+
 def test_keepalive_moments() -> None:
     events: list[Event | None] = [None, TextDelta("x"), None, RunFinished("x", "s")]
     assert run(Recorder(), events) == ["before", "text:x", "finished", "after"]

@@ -64,4 +64,4 @@ class SseEventStream(EventStream[str]):
 
     def response(self, events: AsyncIterator[Event | None], headers: Mapping[str, str]) -> SseResponse:
         """The streamed HTTP response for ``events`` (unbuffered by proxies, never cached)."""
-        return SseResponse(self.transform(events), headers)
+        return SseResponse(self.batches(events), headers)

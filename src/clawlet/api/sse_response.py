@@ -1,24 +1,21 @@
 """The streamed HTTP response of every SSE edge: :class:`SseResponse`.
 
-It sends what starlette's ``StreamingResponse`` sends (the headers at once, then the frames as
-they come), with less work per frame and fewer writes:
+It sends what starlette's ``StreamingResponse`` sends (the headers at once, then the body as it
+comes), with less work per request and fewer writes:
 
-* the frames that are ready together (one run event that becomes several frames, the events
-  that piled up while the client's socket was busy, the finish chunk and ``[DONE]`` after the
-  last event) go out as one ``http.response.body`` message, so one socket write; a frame is never
-  held back: the frames so far are sent the moment the source would have to wait for the next
-  one (:func:`ready_batches`; no timer anywhere);
-* the last frames and the end of the body are one message;
-* a client that disconnects stops the stream at once, as with ``StreamingResponse``: the source
-  is closed (a run keeps running; only this watcher stops) and the response ends normally.
+* its body comes in chunks, each a frame or a list of frames that are ready together (one run
+  event that becomes several frames; the run's last event with the stream's closing frames:
+  :meth:`clawlet.event_stream.EventStream.batches`), and each chunk is one ``http.response.body``
+  message, so one socket write; nothing is held back for a later chunk (no timer anywhere);
+* a client that disconnects stops the stream at once, as with ``StreamingResponse``: the source is
+  closed (a run keeps running; only this watcher stops) and the response ends normally — without
+  an anyio task group per request, and with the source closed there and then, not at GC.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Generator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -26,42 +23,17 @@ from starlette.types import Receive, Scope, Send
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """What every event stream adds to its headers: never cached, never buffered by a proxy."""
 
-
-class _Resumed:
-    """Awaits an awaitable that was stepped by hand until it suspended on ``pending`` (what it
-    yielded for the event loop): ``yield from`` for an awaitable that already yielded once.
-    With ``error``, that is thrown into it first (to stop it where it waits)."""
-
-    def __init__(self, step: Generator[Any, Any, Any], pending: Any, error: BaseException | None = None):
-        self.step = step
-        self.pending = pending
-        self.error = error
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        step, pending, error = self.step, self.pending, self.error
-        sent: Any = None
-        while True:
-            if error is None:
-                try:
-                    sent = yield pending
-                except BaseException as thrown:  # cancellation: it goes on to the step
-                    error = thrown
-            try:
-                if error is None:
-                    pending = step.send(sent)
-                else:
-                    pending, error = step.throw(error), None
-            except StopIteration as done:
-                return done.value
+Chunks = AsyncIterator[str] | AsyncIterator[list[str]]
+"""An SSE body: frames, or lists of frames that are ready together."""
 
 
 class SseResponse(Response):
-    """The SSE response for ``frames`` (see the module docstring)."""
+    """The SSE response for ``chunks`` (see the module docstring)."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncIterator[str], headers: Mapping[str, str] | None = None) -> None:
-        self.frames = frames
+    def __init__(self, chunks: Chunks, headers: Mapping[str, str] | None = None) -> None:
+        self.chunks = chunks
         self.status_code = 200
         self.background = None
         self.init_headers({**(headers or {}), **SSE_HEADERS})
@@ -97,39 +69,15 @@ class SseResponse(Response):
 
     async def _stream(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        frames = aiter(self.frames)
-        ready: list[str] = []
-        while True:
-            step = anext(frames).__await__()
-            try:
-                pending = step.send(None)
-            except StopIteration as done:  # the next frame was ready: it joins the batch
-                ready.append(done.value)
-                continue
-            except StopAsyncIteration:
-                break
-            except BaseException:
-                if ready:
-                    await _send_body(send, ready, more=True)
-                raise
-            if ready:  # the source has to wait: what is ready goes out now
-                try:
-                    await _send_body(send, ready, more=True)
-                except BaseException:
-                    with contextlib.suppress(BaseException):  # stop the source where it waits
-                        await _Resumed(step, pending, asyncio.CancelledError())
-                    raise
-                ready = []
-            try:
-                ready.append(await _Resumed(step, pending))
-            except StopAsyncIteration:
-                break
-        await _send_body(send, ready, more=False)
-
-
-async def _send_body(send: Send, frames: list[str], *, more: bool) -> None:
-    body = (frames[0] if len(frames) == 1 else "".join(frames)).encode()
-    await send({"type": "http.response.body", "body": body, "more_body": more})
+        chunks = self.chunks
+        try:
+            async for chunk in chunks:
+                body = chunk if isinstance(chunk, str) else "".join(chunk)
+                await send({"type": "http.response.body", "body": body.encode(), "more_body": True})
+        finally:  # stopped early: the source cleans up now
+            if isinstance(chunks, AsyncGenerator):
+                await chunks.aclose()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _disconnected(receive: Receive) -> None:
