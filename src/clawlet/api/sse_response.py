@@ -15,10 +15,13 @@ comes), with less work per request and fewer writes:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+log = logging.getLogger(__name__)
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """What every event stream adds to its headers: never cached, never buffered by a proxy."""
@@ -44,8 +47,10 @@ class SseResponse(Response):
         streaming = True
         client_left = False
 
-        def stop_streaming(_: asyncio.Task[None]) -> None:
+        def stop_streaming(watcher: asyncio.Task[None]) -> None:
             nonlocal client_left
+            if not watcher.cancelled() and watcher.exception() is not None:  # no more receiving
+                log.warning("SSE response: receive failed", exc_info=watcher.exception())
             if streaming:
                 client_left = True
                 current.cancel()
