@@ -39,9 +39,8 @@ from typing import Any
 import httpx
 
 from clawlet.config import Settings
-from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
-from support import ClawletServer, percentile
+from support import ClawletServer, is_title_request, percentile
 
 ANSWER_WORDS = 120
 
@@ -50,11 +49,6 @@ ANSWER_WORDS = 120
 class Sample:
     ttft: float
     total: float
-
-
-def is_title_request(body: dict[str, Any]) -> bool:
-    messages = body.get("messages") or [{}]
-    return TITLE_REQUEST_MARKER in str(messages[0].get("content", ""))
 
 
 def make_script(chunks: int, delay: float) -> Callable[[dict[str, Any]], Turn]:

@@ -37,7 +37,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +44,10 @@ import httpx
 
 from clawlet.config import Settings
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
-from support import ClawletServer, percentile
+from support import ClawletServer, Sample, measure_openai_stream, openai_content, percentile
 
 ANSWER_WORDS = 120
 PROMPT = "Tell me something."
-
-
-@dataclass
-class Sample:
-    ttft: float
-    total: float
-    chunks: int
-
-    @property
-    def chunk_rate(self) -> float:
-        """Content chunks per second after the first one arrived."""
-        streaming = self.total - self.ttft
-        return (self.chunks - 1) / streaming if streaming > 0 and self.chunks > 1 else math.nan
 
 
 def make_script(chunks: int, delay: float) -> Callable[[dict[str, Any]], Turn]:
@@ -77,18 +63,6 @@ def clawlet_body() -> dict[str, Any]:
     return {"model": "clawlet", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
 
 
-def _content(line: str) -> str | None:
-    """The content of a ``data:`` line's first choice delta ('' if none); None for ``[DONE]``."""
-    data = line[6:]
-    if data == "[DONE]":
-        return None
-    chunk = json.loads(data)
-    if "error" in chunk:
-        raise RuntimeError(f"stream error: {chunk['error']}")
-    choices = chunk.get("choices") or [{}]
-    return str(choices[0].get("delta", {}).get("content") or "")
-
-
 def measure_sync(client: httpx.Client, url: str, body: dict[str, Any]) -> Sample:
     start = time.perf_counter()
     ttft = math.nan
@@ -98,28 +72,7 @@ def measure_sync(client: httpx.Client, url: str, body: dict[str, Any]) -> Sample
         for line in response.iter_lines():
             if not line.startswith("data: "):
                 continue
-            content = _content(line)
-            if content is None:
-                break
-            if content:
-                chunks += 1
-                if math.isnan(ttft):
-                    ttft = time.perf_counter() - start
-    if math.isnan(ttft):
-        raise RuntimeError("stream ended without content")
-    return Sample(ttft, time.perf_counter() - start, chunks)
-
-
-async def measure_async(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
-    start = time.perf_counter()
-    ttft = math.nan
-    chunks = 0
-    async with client.stream("POST", f"{url}/chat/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            content = _content(line)
+            content = openai_content(line)
             if content is None:
                 break
             if content:
@@ -138,7 +91,7 @@ async def burst(url: str, body: dict[str, Any], count: int) -> tuple[list[Sample
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         start = time.perf_counter()
         results = await asyncio.gather(
-            *(measure_async(client, url, body) for _ in range(count)), return_exceptions=True
+            *(measure_openai_stream(client, url, body) for _ in range(count)), return_exceptions=True
         )
         wall = time.perf_counter() - start
     samples = [item for item in results if isinstance(item, Sample)]

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterable
 from typing import TypeVar
 
 import pytest
 
-from clawlet.api.event_stream import KEEPALIVE, SseEventStream, sse_data, sse_frame
+from clawlet.api.event_stream import HOLE, KEEPALIVE, FrameTemplate, SseEventStream, sse_data, sse_frame
+from clawlet.api.native import NativeStream, event_type
+from clawlet.api.openai.stream import ChatCompletionStream
 from clawlet.api.workbench.stream import WorkbenchStream
 from clawlet.event_stream import EventStream
 from clawlet.events import (
@@ -179,6 +182,35 @@ def test_stop_at_end_stops_after_the_terminal_event() -> None:
     assert run(Recorder(), events) == ["before", "text:hi", "finished", "title", "after"]
 
 
+def test_batches_are_the_items_ready_together() -> None:
+    """One list per moment: the opening, each event's items, and the run's end with the closing
+    (with ``stop_at_end``) — what an SSE response sends as one body message each."""
+
+    class TwoPerText(StopAtEnd):
+        def on_text(self, event: TextDelta) -> Iterable[str]:
+            return ("text:" + event.text, "more")
+
+    async def collect(stream: EventStream[str], events: list[Event | None]) -> list[list[str]]:
+        return [batch async for batch in stream.batches(source(events))]
+
+    events: list[Event | None] = [TextDelta("a"), Usage(1, 2), None, RunFinished("a", "s"), Title("s", "T")]
+    assert asyncio.run(collect(TwoPerText(), events)) == [
+        ["before"],
+        ["text:a", "more"],
+        ["usage"],
+        ["finished", "after"],
+    ]
+    assert asyncio.run(collect(SseRecorder(), events)) == [
+        ["before"],
+        ["text:a"],
+        ["usage"],
+        [KEEPALIVE],
+        ["finished"],
+        ["title"],
+        ["after"],
+    ]
+
+
 def test_keepalive_moments() -> None:
     events: list[Event | None] = [None, TextDelta("x"), None, RunFinished("x", "s")]
     assert run(Recorder(), events) == ["before", "text:x", "finished", "after"]
@@ -215,6 +247,45 @@ def test_run_text_joins_non_empty_segments_with_a_blank_line() -> None:
 def test_sse_encoding() -> None:
     assert sse_frame("token", {"content": "é"}) == 'event: token\ndata: {"type": "token", "content": "é"}\n\n'
     assert json.loads(sse_data({"a": 1}).removeprefix("data: ")) == {"a": 1}
+
+
+#: text chunks that JSON must escape or keep as they are
+AWKWARD_TEXT = [
+    "",
+    "plain ",
+    'quote " and \\ back',
+    "new\nline\ttab",
+    "é 中文 🦀",
+    "\x00\x1f",
+    "\ud800 lone",
+    HOLE,
+]
+
+
+def test_a_frame_template_is_the_frame_it_was_made_from() -> None:
+    token = FrameTemplate(sse_frame("token", {"content": HOLE}))
+    data = FrameTemplate(sse_data({"a": [1, {"b": HOLE}], "z": None}))
+    for text in AWKWARD_TEXT:
+        assert token.fill(text) == sse_frame("token", {"content": text})
+        assert data.fill(text) == sse_data({"a": [1, {"b": text}], "z": None})
+    with pytest.raises(ValueError):
+        FrameTemplate(sse_data({"a": 1}))
+
+
+def test_text_frames_are_those_of_the_general_encoding() -> None:
+    """Each edge's text chunk frame (filled in from a template) is what encoding the payload gives."""
+    chat = ChatCompletionStream(
+        thinking=None, session_id="s", note="", completion_id="chatcmpl-1", created=7, model="m", prompt="p"
+    )
+    for text in AWKWARD_TEXT[1:]:  # an empty chunk sends nothing
+        event = TextDelta(text)
+        assert list(WorkbenchStream().on_text(event)) == [sse_frame("token", {"content": text})]
+        assert list(WorkbenchStream().on_thinking(Thinking(text))) == [
+            sse_frame("thinking", {"content": text})
+        ]
+        native = list(NativeStream("s", {}).on_text(event))
+        assert native == [sse_data({"type": event_type(event), **dataclasses.asdict(event)})]
+        assert list(chat.on_text(event)) == [chat.chunk({"content": text})]
 
 
 def test_workbench_wire() -> None:

@@ -28,6 +28,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from clawlet.config import Settings
+from clawlet.gateway import protocol
 from clawlet.gateway.protocol import request_frame
 from clawlet.gateway.server import GatewayServer, session_id_for, stable_session_id
 from clawlet.services import Workspaces, build_services
@@ -437,6 +438,41 @@ async def test_chat_streams_to_v4_and_v3_clients(
         row = listed["sessions"][0]
         assert row["sessionId"] == "main" and row["isMain"] is True and row["updatedAt"] > 0
         assert not schema_errors(schema, {"$ref": "#/definitions/SessionRow"}, row)
+
+
+async def test_a_chat_event_is_encoded_once_for_every_client(
+    live_server: Callable[..., LiveServer], schema: ProtocolSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fan-out: each ``chat`` event is encoded once per protocol version, not once per client; every
+    client still gets it with its own ``seq``."""
+    encoded: list[str] = []
+    encode = protocol.encode
+
+    def counting_encode(frame: dict[str, Any]) -> str:
+        if frame.get("event") == "chat":
+            encoded.append(frame["payload"]["state"])
+        return encode(frame)
+
+    monkeypatch.setattr(protocol, "encode", counting_encode)  # what EncodedEvent.of encodes with
+    server = live_server(demo_token_delay=0.01)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(gateway(server, schema)) for _ in range(3)]
+        clients.append(await stack.enter_async_context(gateway(server, schema, protocol=3, high=3)))
+        params = {"sessionKey": "agent:main:main", "message": "hello fan-out", "idempotencyKey": "run-f"}
+        assert await clients[0].ok("chat.send", params) == {"runId": "run-f", "status": "started"}
+        runs = [await client.run_events("run-f") for client in clients]
+    assert runs[0] == runs[1] == runs[2]  # each frame's own seq was checked as it arrived
+    assert [e["seq"] for e in runs[3]] == [e["seq"] for e in runs[0]]  # the v3 form: same events
+    assert len(encoded) == 2 * len(runs[0])  # the v4 form and the v3 form of each event
+
+
+def test_an_encoded_event_is_the_frame_it_stands_for() -> None:
+    for payload in ({"text": "plain"}, {"text": "é 中文 🦀"}, {"text": "lone \ud800"}, None):
+        encoded = protocol.EncodedEvent.of("chat", payload)
+        for seq in (1, 42, 1234567):
+            text, size = encoded.with_seq(seq)
+            assert text == protocol.encode(protocol.event_frame("chat", payload, seq=seq))
+            assert size == protocol.frame_size(text)
 
 
 async def test_busy_session_is_unavailable_and_abort_keeps_partial_text(

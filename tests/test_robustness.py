@@ -1,10 +1,12 @@
-"""A corrupt session file is reported and never overwritten; stale temp files are cleaned up."""
+"""A corrupt session file is reported and never overwritten; stale temp files are cleaned up; file locks
+last only while in use."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clawlet import storage
 from clawlet.config import Settings
 from clawlet.home import init_home
-from clawlet.storage import PROCESS_STARTED, TEMP_NAME, atomic_write_text
+from clawlet.storage import PROCESS_STARTED, TEMP_NAME, atomic_write_text, file_lock
 from tests.conftest import LiveServer
 
 
@@ -120,3 +123,38 @@ def test_an_atomic_write_names_its_temp_after_its_writer(tmp_path: Path) -> None
     assert name.startswith(f".notes.md.{os.getpid()}.") and name.endswith(".tmp")
     found = TEMP_NAME.fullmatch(name)
     assert found is not None and found["pid"] == str(os.getpid())
+
+
+def test_a_file_lock_serialises_its_users_and_is_dropped_with_the_last(tmp_path: Path) -> None:
+    """A server that has written thousands of sessions keeps no lock for each of their files."""
+    target = tmp_path / "session.json"
+    key = str(target.resolve())
+    order: list[str] = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with file_lock(target):
+            order.append("first in")
+            first_in.set()
+            release.wait(60)
+            order.append("first out")
+
+    def second() -> None:
+        first_in.wait(60)
+        with file_lock(target):
+            order.append("second in")
+            with file_lock(target):  # re-entrant in one thread
+                order.append("second again")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while storage._locks.get(key, (None, [0]))[1][0] < 2:  # the second is waiting
+        assert time.monotonic() < deadline, "the second user never came"
+        time.sleep(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert order == ["first in", "first out", "second in", "second again"]
+    assert key not in storage._locks

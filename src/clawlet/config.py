@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     #: the OS sandbox of terminal, python_repl and MCP servers: ``auto`` (bubblewrap when it works),
     #: ``bubblewrap`` (required: those tools refuse to run without it) or ``off``
     sandbox: SandboxMode = "auto"
+    #: ``clawlet serve`` runs agent turns on this many engine worker processes (0: in the server's
+    #: own process); the server keeps the sessions, transcripts and streams (clawlet.runtime.engine_pool)
+    engine_workers: int = Field(default=0, ge=0, le=64)
     #: an exec plane forks its session processes from a pre-loaded template process (Linux); off:
     #: each one is a fresh interpreter (clawlet.execplane.session_template)
     session_template: bool = True

@@ -15,7 +15,9 @@ The base does the rest once, in the spirit of pydantic-ai's ``UIEventStream``:
   event), and stops after the end when the protocol has no use for later events
   (:attr:`EventStream.stop_at_end`);
 * an exception from the event source is the run's failure (:meth:`EventStream.on_failed`);
-* :meth:`EventStream.before_stream` / :meth:`EventStream.after_stream` open and close the wire.
+* :meth:`EventStream.before_stream` / :meth:`EventStream.after_stream` open and close the wire;
+* :meth:`EventStream.batches` gives the items that are ready together as one list (a wire sends
+  each at once), :meth:`EventStream.transform` one by one.
 
 The SSE encoding and the SSE base are :mod:`clawlet.api.event_stream`.
 """
@@ -64,39 +66,47 @@ class EventStream(ABC, Generic[T]):
         self.usage: Usage | None = None
         self.end: Terminal | None = None
 
-    async def transform(self, events: AsyncIterator[Event | None]) -> AsyncIterator[T]:
-        """The protocol's items for ``events`` (a run's, keep-alive moments included)."""
-        for item in self.before_stream():
-            yield item
+    async def batches(self, events: AsyncIterator[Event | None]) -> AsyncIterator[list[T]]:
+        """The protocol's items for ``events`` (a run's, keep-alive moments included), in one list
+        per moment they are ready together: the opening, each event's, and the run's end with the
+        closing (a wire sends each list at once; none waits for a later event)."""
+        batch = list(self.before_stream())
         source = aiter(events)
         try:
             while True:
+                if batch:
+                    yield batch
+                    batch = []
                 try:
                     event = await anext(source)
                 except StopAsyncIteration:
                     break
                 except Exception as exc:  # the source broke: that is the run's failure
                     if self.end is None:
-                        for item in self.handle(RunFailed(f"{type(exc).__name__}: {exc}", "")):
-                            yield item
+                        batch.extend(self.handle(RunFailed(f"{type(exc).__name__}: {exc}", "")))
                     break
                 if event is None:
-                    for item in self.on_keepalive():
-                        yield item
+                    batch.extend(self.on_keepalive())
                     continue
-                for item in self.handle(event):
-                    yield item
+                batch.extend(self.handle(event))
                 if self.end is not None and self.stop_at_end:
                     break
         finally:  # the wire stopped early (or the run ended): let the source clean up now, not at GC
             if isinstance(source, AsyncGenerator):
                 await source.aclose()
-        for item in self.after_stream():
-            yield item
+        batch.extend(self.after_stream())
+        if batch:
+            yield batch
+
+    async def transform(self, events: AsyncIterator[Event | None]) -> AsyncIterator[T]:
+        """The protocol's items for ``events``, one by one (:meth:`batches`, flattened)."""
+        async for batch in self.batches(events):
+            for item in batch:
+                yield item
 
     async def consume(self, events: AsyncIterator[Event | None]) -> None:
         """Follow ``events`` to their end for the state they leave (a non-streamed answer)."""
-        async for _ in self.transform(events):
+        async for _ in self.batches(events):
             pass
 
     def handle(self, event: Event) -> Iterable[T]:

@@ -3,6 +3,10 @@
 A named workspace is a clawlet home of its own under ``workspaces_root`` (its own workspace files,
 memory, skills, knowledge and transcripts); :class:`Workspaces` builds its services on first use.
 The default workspace (no name, or ``shared`` as the UniAiAgent seed calls it) is the main home.
+
+A workspace's :class:`~clawlet.engine.agent.AgentEngine` is built on first use
+(:attr:`Services.engine`): importing it loads LangChain and LangGraph, which ``clawlet serve`` does
+not need before it is ready (see :mod:`clawlet.cli`).
 """
 
 from __future__ import annotations
@@ -11,10 +15,10 @@ import functools
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from clawlet.config import RuntimeConfig, Settings
-from clawlet.engine.agent import AgentEngine
 from clawlet.files import EditableFiles
 from clawlet.home import init_home
 from clawlet.memory.stores import MEMORY_SOURCE, KnowledgeBase, MemoryIndex, build_embedder
@@ -23,31 +27,78 @@ from clawlet.runtime.manager import AdapterFactory, Run, SessionManager
 from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
 
+if TYPE_CHECKING:
+    from clawlet.engine.agent import AgentEngine
+    from clawlet.runtime.engine_pool import EnginePool
+
 
 @dataclass
 class Services:
     settings: Settings
     runtime_config: RuntimeConfig
-    engine: AgentEngine
     transcripts: TranscriptStore
     sessions: SessionManager
     files: EditableFiles
     memory: MemoryIndex
     knowledge: KnowledgeBase
+    engine_handle: EngineHandle
+
+    @property
+    def engine(self) -> AgentEngine:
+        return self.engine_handle.get()
 
 
-RuntimeTable = Callable[[str, AgentEngine], dict[str, AdapterFactory]]
-"""The runtimes of a workspace's sessions: ``(workspace name, its engine) → {runtime type: factory}``
-(the name is ``""`` for the default workspace)."""
+@dataclass
+class EngineHandle:
+    """A workspace's agent engine, built (and LangChain imported) the first time it is asked for."""
+
+    settings: Settings
+    runtime_config: RuntimeConfig
+    memory: MemoryIndex
+    knowledge: KnowledgeBase
+    demo_token_delay: float = 0.0
+    _engine: AgentEngine | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def get(self) -> AgentEngine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    from clawlet.engine.agent import AgentEngine
+
+                    self._engine = AgentEngine(
+                        self.settings,
+                        self.runtime_config,
+                        self.memory,
+                        self.knowledge,
+                        demo_token_delay=self.demo_token_delay,
+                    )
+        return self._engine
+
+
+RuntimeTable = Callable[[str, "EngineHandle"], dict[str, AdapterFactory]]
+"""The runtimes of a workspace's sessions: ``(workspace name, its engine's handle) → {runtime type:
+factory}`` (the name is ``""`` for the default workspace; ``handle.get()`` builds the engine on first
+call)."""
 
 
 WorkspaceRunObserver = Callable[[str, Run], None]
 """Called with every run any workspace's ``SessionManager`` starts: ``(workspace name, run)``."""
 
 
-def local_runtimes(_workspace: str, engine: AgentEngine) -> dict[str, AdapterFactory]:
+def local_runtimes(_workspace: str, engine: EngineHandle) -> dict[str, AdapterFactory]:
     """Local mode: every session runs the engine in this process."""
-    return {"engine": lambda: EngineAdapter(engine)}
+    return {"engine": lambda: EngineAdapter(engine.get())}
+
+
+def pooled_runtimes(pool: EnginePool) -> RuntimeTable:
+    """``clawlet serve`` with engine workers: every session's turns run on ``pool``."""
+    from clawlet.runtime.engine_pool import PooledEngineAdapter
+
+    def table(_workspace: str, engine: EngineHandle) -> dict[str, AdapterFactory]:
+        return {"engine": lambda: PooledEngineAdapter(pool, engine)}
+
+    return table
 
 
 def build_services(
@@ -63,7 +114,7 @@ def build_services(
     embedder = build_embedder(settings)
     memory = MemoryIndex(paths, embedder)
     knowledge = KnowledgeBase(paths, embedder)
-    engine = AgentEngine(settings, runtime_config, memory, knowledge, demo_token_delay=demo_token_delay)
+    engine = EngineHandle(settings, runtime_config, memory, knowledge, demo_token_delay)
     transcripts = TranscriptStore(paths.sessions, paths.root)
     observer = None if on_run is None else functools.partial(on_run, workspace)
     manager = SessionManager(settings, transcripts, runtimes(workspace, engine), observer)
@@ -78,7 +129,7 @@ def build_services(
             knowledge.refresh()
 
     files.on_save(after_save)
-    return Services(settings, runtime_config, engine, transcripts, manager, files, memory, knowledge)
+    return Services(settings, runtime_config, transcripts, manager, files, memory, knowledge, engine)
 
 
 WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")

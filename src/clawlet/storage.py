@@ -38,18 +38,27 @@ SKIPPED_DIRECTORIES = frozenset({".git", "node_modules", ".venv", "venv", "__pyc
 """Trees clawlet never writes into, not searched for temp files."""
 
 _locks_guard = threading.Lock()
-_locks: dict[str, threading.RLock] = {}
+_locks: dict[str, tuple[threading.RLock, list[int]]] = {}
+"""The lock of each file some thread holds or waits for, and how many do (the entry goes with the last)."""
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """Serialise read-modify-write cycles on one file within this process."""
+    """Serialise read-modify-write cycles on one file within this process. Only files in use have
+    a lock: a server that has written thousands of sessions does not keep one for each."""
     key = str(path.resolve())
     with _locks_guard:
-        lock = _locks.setdefault(key, threading.RLock())
-    with lock:
-        yield
+        lock, users = _locks.setdefault(key, (threading.RLock(), [0]))
+        users[0] += 1
+    try:
+        with lock:
+            yield
+    finally:
+        with _locks_guard:
+            users[0] -= 1
+            if not users[0]:
+                del _locks[key]
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> os.stat_result:

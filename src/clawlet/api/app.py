@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -30,6 +31,7 @@ from clawlet.gateway.server import AgentLister, GatewayServer, ModelLister
 from clawlet.home import init_home
 from clawlet.inbox.service import build_inbox
 from clawlet.logs import RequestLogging
+from clawlet.runtime.engine_pool import EnginePool, engine_spec
 from clawlet.services import (
     RuntimeTable,
     Services,
@@ -37,6 +39,7 @@ from clawlet.services import (
     Workspaces,
     build_services,
     local_runtimes,
+    pooled_runtimes,
 )
 
 log = logging.getLogger(__name__)
@@ -123,10 +126,16 @@ def create_app(
     when an outer app already checks Host and Origin (:mod:`clawlet.api.origin_guard`). ``on_run``
     is told of every run any workspace starts (the exec plane forwards their events)."""
     settings = settings or Settings()
+    pool = None
+    if settings.engine_workers and runtimes is local_runtimes:  # turns run on engine worker processes
+        pool = EnginePool(settings.engine_workers)
+        runtimes = pooled_runtimes(pool)
     services: Services = build_services(
         settings, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run
     )
     workspaces = Workspaces(services, demo_token_delay=demo_token_delay, runtimes=runtimes, on_run=on_run)
+    if pool is not None:  # each worker builds the default workspace's engine before it is ready
+        pool.warm = engine_spec(services.engine_handle)
     inbox = build_inbox(settings, workspaces)
     # OpenClaw clients drive clawlet's agents over WebSocket at /gateway (and --gateway-port); the
     # agents are the inbox's (openclaw.json), each running in the clawlet workspace of its name
@@ -140,10 +149,14 @@ def create_app(
         services.sessions.mark_interrupted_turns()  # turns the last run was stopped in, unanswered
         app.state.started_at = time.time()  # uptime and /health/ready
         await inbox.start()  # recovers tasks a previous run left running or pending
+        warming = None if pool is None else asyncio.create_task(pool.start(), name="engine-workers")
         yield
         await inbox.close()  # before the sessions, so interrupted tasks say why they failed
         for each in workspaces.all():
             await each.sessions.shutdown()
+        if pool is not None and warming is not None:
+            await asyncio.gather(warming, return_exceptions=True)
+            await pool.stop()
         await gateway.close()  # after the sessions: clients hear their runs end, then shutdown
 
     app = FastAPI(title="clawlet", version=__version__, lifespan=lifespan)
@@ -151,6 +164,7 @@ def create_app(
     app.state.workspaces = workspaces
     app.state.gateway = gateway
     app.state.inbox = inbox
+    app.state.engine_pool = pool
     install_error_handlers(app)
     document_errors(app)  # /openapi.json lists every error answer of each operation
     # Inside the token check (added later, so outer): only authorised bodies are read and checked.

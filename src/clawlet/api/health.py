@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
@@ -118,6 +117,8 @@ async def check_llm(settings: Settings) -> dict[str, Any]:
         cached = _llm_cache.get(key)
     if cached and time.monotonic() - cached[0] < LLM_PROBE_TTL:
         return cached[1]
+    import httpx  # (with its command line's rich and pygments): not at server start, see clawlet.cli
+
     started = time.perf_counter()
     common = {"provider": info.provider, "model": info.name, "base_url": base}
     try:

@@ -20,14 +20,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clawlet.api.deps import WorkspacesDep
 from clawlet.api.errors import ApiError
-from clawlet.api.event_stream import KEEPALIVE_SECONDS, SseEventStream, sse_data
+from clawlet.api.event_stream import HOLE, KEEPALIVE_SECONDS, FrameTemplate, SseEventStream, sse_data
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
+from clawlet.api.sse_response import SseResponse
 from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
 from clawlet.events import (
@@ -77,7 +77,17 @@ class AgentRequest(BaseModel):
 
 def event_type(event: Event) -> str:
     """``TextDelta`` → ``text_delta``."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(event).__name__).lower()
+    name = type(event).__name__
+    known = _TYPE_NAMES.get(name)
+    if known is None:
+        known = _TYPE_NAMES[name] = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return known
+
+
+_TYPE_NAMES: dict[str, str] = {}
+
+
+_TEXT = FrameTemplate(sse_data({"type": "text_delta", "text": HOLE}))
 
 
 def attach_files(services: Services, prompt: str, files: list[str]) -> str:
@@ -137,7 +147,7 @@ class NativeStream(SseEventStream):
         return self._event(event)
 
     def on_text(self, event: TextDelta) -> Iterable[str]:
-        return self._event(event)
+        return (_TEXT.fill(event.text),)
 
     def on_thinking(self, event: Thinking) -> Iterable[str]:
         return self._event(event)
@@ -166,7 +176,7 @@ class NativeStream(SseEventStream):
 
 @router.post("/agent")
 @router.post("/claude")
-async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> StreamingResponse:
+async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> SseResponse:
     try:
         services = workspaces.get(body.workspace)
     except InvalidWorkspace as exc:

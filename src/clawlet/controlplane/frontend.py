@@ -46,13 +46,14 @@ from typing import Annotated, Any, Final
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Header, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from clawlet.api.app import is_guarded, refuse
 from clawlet.api.errors import ApiError, install_error_handlers
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
+from clawlet.api.sse_response import SseResponse
 from clawlet.api.static import install_static
 from clawlet.config import Settings
 from clawlet.controlplane.api_proxy import TunnelProxy
@@ -124,7 +125,7 @@ def cluster_api(plane: ControlPlane) -> FastAPI:
         workspace: Annotated[str, Query(max_length=64)] = "",
         after: Annotated[int | None, Query(ge=0)] = None,
         last_event_id: Annotated[str | None, Header()] = None,
-    ) -> StreamingResponse:
+    ) -> SseResponse:
         user_id: str = request.state.user_id
         if last_event_id:
             after = resume_after(last_event_id, after)

@@ -50,7 +50,7 @@ from clawlet.engine.approvals import (
     hitl_decision,
     pending_from_interrupt,
 )
-from clawlet.engine.client_tools import ClientToolMiddleware
+from clawlet.engine.client_tool_middleware import ClientToolMiddleware
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of

@@ -28,12 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from langchain.agents.middleware import HumanInTheLoopMiddleware, InterruptOnConfig, ToolCallRequest
-from langchain_core.messages import ToolCall
-from langchain_core.tools import BaseTool
-from langgraph.types import Interrupt
 from pydantic import BaseModel, ValidationError
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
@@ -46,6 +42,12 @@ from clawlet.engine.client_tools import (
 from clawlet.engine.context import RunContext
 from clawlet.events import ApprovalRequested, Pending, QuestionAsked, render_tool_input
 from clawlet.tools.ask_user import ASK_USER_TOOL
+
+if TYPE_CHECKING:  # LangChain is imported when an agent is built, not when the server starts
+    from langchain.agents.middleware import HumanInTheLoopMiddleware, ToolCallRequest
+    from langchain_core.messages import ToolCall
+    from langchain_core.tools import BaseTool
+    from langgraph.types import Interrupt
 
 SENSITIVE_TOOLS = ("terminal", "python_repl")
 """Tools that ask by default when the server is reachable from other machines."""
@@ -169,6 +171,8 @@ def _description(tool_call: ToolCall, state: Any, runtime: Any) -> str:
 def approval_middleware(tool_names: Sequence[str]) -> HumanInTheLoopMiddleware[Any, Any, Any]:
     """LangChain's human-in-the-loop middleware, one interrupt per gated call, gated by the turn's
     context (so the policy can change without rebuilding the agent)."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware, InterruptOnConfig
+
     interrupt_on: dict[str, bool | InterruptOnConfig] = {}
     for name in tool_names:
         decisions: list[Any] = (

@@ -12,10 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from langchain_core.messages import HumanMessage, SystemMessage
-
 from clawlet.config import Settings
-from clawlet.llm.demo import SUMMARY_REQUEST_MARKER
+from clawlet.llm.demo_names import SUMMARY_REQUEST_MARKER
 from clawlet.llm.providers import build_chat_model
 from clawlet.sessions.store import StoredMessage, TranscriptStore, archive_and_summarise
 
@@ -70,6 +68,8 @@ def render_transcript(messages: list[StoredMessage]) -> str:
 
 async def summarise(settings: Settings, messages: list[StoredMessage]) -> str:
     """The model's summary (temperature 0.3), cut to 500 characters."""
+    from langchain_core.messages import HumanMessage, SystemMessage  # not at server start (see clawlet.cli)
+
     model = build_chat_model(settings, temperature=0.3)
     reply = await model.ainvoke(
         [SystemMessage(SUMMARY_PROMPT), HumanMessage(render_transcript(messages)[:60_000])]

@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from langchain_core.messages import HumanMessage, SystemMessage
-
 from clawlet.config import Settings
-from clawlet.llm.demo import TITLE_REQUEST_MARKER
+from clawlet.llm.demo_names import TITLE_REQUEST_MARKER
 from clawlet.llm.providers import build_chat_model
 
 log = logging.getLogger(__name__)
@@ -42,6 +40,8 @@ class GeneratedTitle:
 
 async def generate_title(settings: Settings, user_message: str, assistant_reply: str) -> GeneratedTitle:
     """Ask the model for a title; fall back to the start of the user's message on any failure."""
+    from langchain_core.messages import HumanMessage, SystemMessage  # not at server start (see clawlet.cli)
+
     conversation = f"user: {user_message[:1000]}\nassistant: {assistant_reply[:1000]}"
     input_tokens = output_tokens = 0
     try:

@@ -181,7 +181,7 @@ from clawlet.runtime.openclaw_bridge import (
 )
 from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
 from clawlet.runtime.process_pipe import RequestHandler, SkillRef
-from clawlet.services import Workspaces
+from clawlet.services import EngineHandle, Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id
 
 log = logging.getLogger(__name__)
@@ -629,12 +629,12 @@ class ExecPlane:
 
     # -- api_app's runtimes and runs ----------------------------------------------------------
 
-    def _runtimes(self, workspace: str, engine: AgentEngine) -> dict[str, ManagerAdapterFactory]:
+    def _runtimes(self, workspace: str, engine: EngineHandle) -> dict[str, ManagerAdapterFactory]:
         """``api_app``'s runtime table: every runtime type's sessions run on a :class:`SessionRuntime`
         (which resolves the type itself, from ``start_session`` or ``init``)."""
 
         def make() -> RuntimeAdapter:
-            return SessionRuntime(self, workspace, engine)
+            return SessionRuntime(self, workspace, engine.get())
 
         return {name: make for name in {DEFAULT_RUNTIME_TYPE, *self.adapter_factories}}
 

@@ -189,7 +189,7 @@ def make_remote_mcp_tool(servers: Sequence[str], request: RequestHandler) -> Bas
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
+def exclusive(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``lock_path`` (POSIX; elsewhere nothing is locked)."""
     if sys.platform == "win32":
         yield
@@ -310,7 +310,7 @@ class SessionChild:
         self.memory = SessionMemory(session_dir)
         self.checkpointer = LocalCheckpointer(session_dir / CHECKPOINTS_DIR)
         embedder = build_embedder(settings)
-        with _exclusive(settings.paths.storage / INDEX_LOCK):
+        with exclusive(settings.paths.storage / INDEX_LOCK):
             memory_index = MemoryIndex(settings.paths, embedder)
             knowledge = KnowledgeBase(settings.paths, embedder)
         engine = SessionEngine(

@@ -184,6 +184,34 @@ def encode(frame: dict[str, Any]) -> str:
     return text
 
 
+def frame_size(frame: str | bytes) -> int:
+    """A frame's size in UTF-8 bytes, as it travels."""
+    if isinstance(frame, bytes) or frame.isascii():
+        return len(frame)
+    return len(frame.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True)
+class EncodedEvent:
+    """An event frame encoded once for every connection it goes to: each adds its own ``seq``
+    (:meth:`with_seq` is ``encode(event_frame(event, payload, seq))``, the same text)."""
+
+    head: str
+    """The frame's text without ``seq`` and without its closing brace."""
+    head_size: int
+    """:attr:`head`'s size in UTF-8 bytes."""
+
+    @classmethod
+    def of(cls, event: str, payload: Any = None) -> EncodedEvent:
+        head = encode(event_frame(event, payload))[:-1]
+        return cls(head, frame_size(head))
+
+    def with_seq(self, seq: int) -> tuple[str, int]:
+        """The frame with ``seq``, and its size in UTF-8 bytes."""
+        tail = f',"seq":{seq}}}'
+        return self.head + tail, self.head_size + len(tail)
+
+
 def decode(text: str | bytes) -> dict[str, Any]:
     """Parse one frame leniently: any JSON object whose ``type`` is req, res or event. A binary
     frame (bytes) must be UTF-8 JSON; nesting past Python's recursion limit is refused."""

@@ -115,12 +115,14 @@ from clawlet.gateway.protocol import (
     SCOPE_READ,
     SCOPE_WRITE,
     UNAVAILABLE,
+    EncodedEvent,
     FrameError,
     GatewayError,
     assistant_message,
     decode,
     encode,
     event_frame,
+    frame_size,
     lone_surrogate_path,
     now_ms,
     parse_session_key,
@@ -245,13 +247,6 @@ class Transport(Protocol):
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Close the socket (never raises when it is already closed)."""
-
-
-def frame_size(frame: str | bytes) -> int:
-    """A frame's size in UTF-8 bytes, as it travels."""
-    if isinstance(frame, bytes) or frame.isascii():
-        return len(frame)
-    return len(frame.encode("utf-8", "surrogatepass"))
 
 
 def close_reason(text: str) -> str:
@@ -489,7 +484,8 @@ class Connection:
         self.max_buffered = max_buffered
         self._seq = 0
         self._buffered = 0
-        self._queue: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[str, int] | _Close] = asyncio.Queue()
+        """Frames to send, each with its size in UTF-8 bytes (counted in ``_buffered`` until sent)."""
         self._sender: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._closer: asyncio.Task[None] | None = None
@@ -518,7 +514,10 @@ class Connection:
         except (TypeError, ValueError):
             log.exception("gateway frame could not be encoded")
             return False
-        self._buffered += frame_size(text)
+        return self._queue_frame(text, frame_size(text))
+
+    def _queue_frame(self, text: str, size: int) -> bool:
+        self._buffered += size
         if self._buffered > self.max_buffered:
             log.warning("gateway client %s is too slow; closing it", self.remote)
             self.stability.record(
@@ -529,15 +528,26 @@ class Connection:
             )
             self.abort(CLOSE_POLICY, "slow consumer")
             return False
-        self._queue.put_nowait(text)
+        self._queue.put_nowait((text, size))
         return True
 
     def send_event(self, event: str, payload: Any) -> bool:
         """Queue an event with the next per-connection ``seq`` (1, 2, ... after the challenge)."""
         if self.closing:
             return False
+        try:
+            encoded = EncodedEvent.of(event, payload)
+        except (TypeError, ValueError):
+            log.exception("gateway frame could not be encoded")
+            return False
+        return self.send_encoded(encoded)
+
+    def send_encoded(self, encoded: EncodedEvent) -> bool:
+        """Queue an event encoded once for every connection it goes to, with this one's next ``seq``."""
+        if self.closing:
+            return False
         self._seq += 1
-        return self.send(event_frame(event, payload, seq=self._seq))
+        return self._queue_frame(*encoded.with_seq(self._seq))
 
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Close after every frame queued so far has been sent."""
@@ -564,14 +574,15 @@ class Connection:
             if isinstance(item, _Close):
                 await self._close_transport(item.code, item.reason)
                 return
+            text, size = item
             try:
-                await self.transport.send_text(item)
+                await self.transport.send_text(text)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 self.closing = True  # the peer is gone; nothing more can be sent
                 return
-            self._buffered -= frame_size(item)  # counted until the transport took it
+            self._buffered -= size  # counted until the transport took it
 
     async def _tick_loop(self, interval: float) -> None:
         while not self.closing:
@@ -1393,9 +1404,8 @@ class GatewayServer:
     def _mutated(self, target: Target, entry: dict[str, Any] | None, reason: str) -> dict[str, Any]:
         """A mutation's result (``{ok, key, entry, resolved}``), announced as ``sessions.changed``."""
         changed = session_admin.changed_event(target.key, target.agent_id, reason, target.session_id)
-        for conn in self._readers():
-            if conn.session_events:
-                conn.send_event(session_admin.EVENT_SESSIONS_CHANGED, changed)
+        listeners = [conn for conn in self._readers() if conn.session_events]
+        self._fan_out(listeners, session_admin.EVENT_SESSIONS_CHANGED, changed)
         result: dict[str, Any] = {"ok": True, "key": target.key}
         if entry is not None:
             result["entry"] = entry
@@ -1575,18 +1585,31 @@ class GatewayServer:
 
     # -- run events -------------------------------------------------------------------------------
 
-    def _readers(self) -> Iterable[Connection]:
+    def _readers(self) -> list[Connection]:
         return [conn for conn in list(self.connections) if conn.connected and conn.can(SCOPE_READ)]
+
+    def _fan_out(self, conns: list[Connection], event: str, payload: dict[str, Any]) -> None:
+        """Queue one event for ``conns``, encoded once (each connection adds its own ``seq``)."""
+        if not conns:
+            return
+        try:
+            encoded = EncodedEvent.of(event, payload)
+        except (TypeError, ValueError):
+            log.exception("gateway %s event could not be encoded", event)
+            return
+        for conn in conns:
+            try:
+                conn.send_encoded(encoded)
+            except Exception:
+                log.exception("gateway %s event could not be queued", event)
 
     def _broadcast_chat(self, gateway_run: GatewayRun, payload: dict[str, Any]) -> None:
         gateway_run.chat_seq += 1
         full = {**gateway_run.base(), "seq": gateway_run.chat_seq, **payload}
         legacy = {name: value for name, value in full.items() if name not in ("deltaText", "replace")}
-        for conn in self._readers():
-            try:
-                conn.send_event(EVENT_CHAT, full if conn.protocol >= 4 else legacy)
-            except Exception:
-                log.exception("gateway chat event could not be queued")
+        readers = self._readers()
+        self._fan_out([conn for conn in readers if conn.protocol >= 4], EVENT_CHAT, full)
+        self._fan_out([conn for conn in readers if conn.protocol < 4], EVENT_CHAT, legacy)
 
     def _broadcast_tool(self, gateway_run: GatewayRun, data: dict[str, Any]) -> None:
         gateway_run.agent_seq += 1
@@ -1597,12 +1620,8 @@ class GatewayServer:
             "ts": now_ms(),
             "data": data,
         }
-        for conn in self._readers():
-            if CAP_TOOL_EVENTS in conn.caps:
-                try:
-                    conn.send_event(EVENT_AGENT, payload)
-                except Exception:
-                    log.exception("gateway agent event could not be queued")
+        tool_readers = [conn for conn in self._readers() if CAP_TOOL_EVENTS in conn.caps]
+        self._fan_out(tool_readers, EVENT_AGENT, payload)
 
     def _flush_delta(self, gateway_run: GatewayRun) -> None:
         text = gateway_run.text
@@ -1837,11 +1856,7 @@ class GatewayServer:
         return [conn for conn in list(self.connections) if conn.receives(kind)]
 
     def _broadcast_approval(self, kind: wire.Kind, event: str, payload: dict[str, Any]) -> None:
-        for conn in self._answerers(kind):
-            try:
-                conn.send_event(event, payload)
-            except Exception:
-                log.exception("gateway approval event could not be queued")
+        self._fan_out(self._answerers(kind), event, payload)
 
     def _pending_approval(self, approval_id: str, kind: wire.Kind | None = None) -> GatewayApproval:
         approval = self.approvals.get(approval_id)

@@ -46,13 +46,14 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
+from clawlet.llm.demo_names import (
+    DEMO_MODEL_NAME,
+    SUMMARY_REQUEST_MARKER,
+    TASK_PREFIX,
+    TITLE_REQUEST_MARKER,
+)
 from clawlet.llm.response_format import example_for_schema
 
-DEMO_MODEL_NAME = "demo"
-DEMO_MODEL_LABEL = "demo (offline demo model, no LLM)"
-TITLE_REQUEST_MARKER = "Write a short title for this conversation"
-SUMMARY_REQUEST_MARKER = "Summarise the conversation below"
-TASK_PREFIX = "### Task:"  # a client's background task (Open WebUI's title, tags, ...)
 RETRIEVAL_HEADER = "[记忆检索结果] Memory retrieved for this message (from memory/MEMORY.md):"
 HINTS = (
     "Try `run: ls`, `python: 1 + 1`, `read workspace/SOUL.md`, `fetch <url>`, `search <query>`, "

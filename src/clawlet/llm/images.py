@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import HumanMessage
+if TYPE_CHECKING:
+    from langchain_core.messages import HumanMessage
 
 IMAGE_PROVIDERS = frozenset({"openai", "anthropic"})
 """Providers whose models are sent images (OpenAI-compatible endpoints and Anthropic); the offline
@@ -84,6 +85,8 @@ def image_note(url: str) -> str:
 
 def user_message(text: str, images: tuple[Image, ...]) -> HumanMessage:
     """The turn's user message: plain text, or text and image blocks."""
+    from langchain_core.messages import HumanMessage  # not when the server starts (see clawlet.cli)
+
     if not images:
         return HumanMessage(text)
     return HumanMessage([{"type": "text", "text": text}, *(image.block() for image in images)])

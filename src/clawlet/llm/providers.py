@@ -1,19 +1,22 @@
 """Build the chat model for the configured provider through ``init_chat_model``.
 
 One OpenAI-compatible adapter serves every OpenAI-compatible vendor (OpenAI, vLLM, Ollama,
-llama.cpp, LM Studio...); DeepSeek and Anthropic use their native LangChain integrations.
-With no provider configured the built-in offline ``demo`` model is used.
+llama.cpp, LM Studio...); DeepSeek and Anthropic use their native LangChain integrations (the
+OpenAI-compatible and DeepSeek ones relay streamed chunks as plain dicts:
+:mod:`clawlet.llm.openai_stream`). With no provider configured the built-in offline ``demo``
+model is used.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from langchain.chat_models import init_chat_model
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING
 
 from clawlet.config import Settings
-from clawlet.llm.demo import DEMO_MODEL_LABEL, DEMO_MODEL_NAME, DemoChatModel
+from clawlet.llm.demo_names import DEMO_MODEL_LABEL, DEMO_MODEL_NAME
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 
 class ProviderConfigError(ValueError):
@@ -50,14 +53,19 @@ def build_chat_model(
     settings: Settings, *, temperature: float | None = None, demo_token_delay: float = 0.0
 ) -> BaseChatModel:
     """A fresh chat model for one run (or one title/summary request)."""
+    from langchain.chat_models import init_chat_model  # not when the server starts (see clawlet.cli)
+    from langchain_core.language_models import BaseChatModel
+
+    from clawlet.llm.demo import DemoChatModel
+    from clawlet.llm.openai_stream import PlainChunkChatDeepSeek, PlainChunkChatOpenAI
+
     info = describe_model(settings)
     temp = settings.temperature if temperature is None else temperature
     if info.provider == "demo":
         return DemoChatModel(token_delay=demo_token_delay)
     if info.provider == "deepseek":
-        model = init_chat_model(
-            info.name,
-            model_provider="deepseek",
+        return PlainChunkChatDeepSeek(
+            model_name=info.name,
             api_key=settings.llm_api_key or settings.deepseek_api_key,
             api_base=settings.llm_base_url or settings.deepseek_base_url,
             temperature=temp,
@@ -65,7 +73,7 @@ def build_chat_model(
             stream_usage=True,
             max_retries=1,
         )
-    elif info.provider == "anthropic":
+    if info.provider == "anthropic":
         model = init_chat_model(
             info.name,
             model_provider="anthropic",
@@ -75,16 +83,14 @@ def build_chat_model(
             streaming=True,
             max_retries=1,
         )
-    else:
-        model = init_chat_model(
-            info.name,
-            model_provider="openai",
-            base_url=settings.llm_base_url or settings.openai_base_url,
-            api_key=settings.llm_api_key or settings.openai_api_key or "not-needed",
-            temperature=temp,
-            streaming=True,
-            stream_usage=True,
-            max_retries=1,
-        )
-    assert isinstance(model, BaseChatModel)
-    return model
+        assert isinstance(model, BaseChatModel)
+        return model
+    return PlainChunkChatOpenAI(
+        model_name=info.name,
+        base_url=settings.llm_base_url or settings.openai_base_url,
+        api_key=settings.llm_api_key or settings.openai_api_key or "not-needed",
+        temperature=temp,
+        streaming=True,
+        stream_usage=True,
+        max_retries=1,
+    )

@@ -18,9 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
-
 FormatKind = Literal["json_object", "json_schema"]
 
 FORMATS_WITH_TOOLS = frozenset({"demo"})
@@ -42,6 +39,8 @@ class SchemaUnusable(ValueError):
 def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
     """Where and why ``value`` does not match ``schema`` (``None`` when it does); raise
     :class:`SchemaUnusable` when the schema cannot be checked."""
+    import jsonschema  # when the first schema is checked, not at server start (see clawlet.cli)
+
     try:
         problem = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
     except Exception as exc:  # referencing errors, bad regexes...: whatever the validator raises
@@ -168,6 +167,9 @@ def _parse_format(
     schema = spec.get("schema", {})
     if not isinstance(schema, Mapping):
         raise ResponseFormatError(f"{where}.schema must be a JSON Schema object")
+    import jsonschema
+    from jsonschema.exceptions import SchemaError
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
-
 BATCH_SIZE = 64
 
 
@@ -19,6 +17,8 @@ class EmbeddingClient:
         self.timeout = timeout
 
     def embed(self, texts: list[str]) -> list[list[float]]:
+        import httpx  # (with its command line's rich and pygments): not at server start, see clawlet.cli
+
         vectors: list[list[float]] = []
         with httpx.Client(timeout=self.timeout, trust_env=False) as client:
             for start in range(0, len(texts), BATCH_SIZE):

@@ -13,13 +13,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypedDict
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from clawlet.memory.chunking import split_text
 from clawlet.memory.embeddings import EmbeddingClient, EmbeddingError
 from clawlet.memory.lexical import search_terms
+
+if TYPE_CHECKING:  # numpy is imported by the vector search, when there are embeddings
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,8 @@ class HybridIndex:
         if matrix is None:
             return []
         vectors, ids = matrix
+        import numpy as np
+
         try:
             query_vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         except EmbeddingError as exc:
@@ -203,6 +206,8 @@ class HybridIndex:
                 rows = db.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL").fetchall()
             if not rows:
                 return None
+            import numpy as np
+
             vectors = np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             norms[norms == 0] = 1.0
@@ -211,4 +216,6 @@ class HybridIndex:
 
 
 def _pack(vector: list[float]) -> bytes:
+    import numpy as np
+
     return np.asarray(vector, dtype=np.float32).tobytes()

@@ -33,7 +33,6 @@ from clawlet.events import Pending
 from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import Sampling
 from clawlet.paths import read_text_inside
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.storage import atomic_write_json, file_lock
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -208,15 +207,20 @@ class ApprovalStore:
                     ]
                 record.pending = None
                 self._save(session_id, record)
-        LocalCheckpointer(self.checkpoints).delete_thread(session_id)
+        self._delete_checkpoints(session_id)
         return left
+
+    def _delete_checkpoints(self, session_id: str) -> None:
+        from clawlet.runtime.checkpointer import LocalCheckpointer  # LangGraph: not at server start
+
+        LocalCheckpointer(self.checkpoints).delete_thread(session_id)
 
     def has_state(self, session_id: str) -> bool:
         return self.path_for(session_id).exists()
 
     def delete(self, session_id: str) -> None:
         """Remove everything of a deleted session."""
-        LocalCheckpointer(self.checkpoints).delete_thread(session_id)
+        self._delete_checkpoints(session_id)
         path = self.path_for(session_id)
         with file_lock(path):
             path.unlink(missing_ok=True)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clawlet.engine.agent import AgentEngine
 from clawlet.engine.approvals import Decision
 from clawlet.events import Event, Pending
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+
+if TYPE_CHECKING:
+    from clawlet.engine.agent import AgentEngine
 
 
 class EngineAdapter(RuntimeAdapter):

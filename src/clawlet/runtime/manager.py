@@ -270,7 +270,8 @@ class Run:
             async with self._changed:
                 if index >= len(self.log) and not self.closed:
                     with suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), timeout=keepalive)
+                        async with asyncio.timeout(keepalive):  # no task per wait (wait_for's)
+                            await self._changed.wait()
                 pending = self.log[index:]
                 done = self.closed
             if not pending and not done:

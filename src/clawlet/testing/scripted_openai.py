@@ -13,7 +13,8 @@ Streaming answers follow OpenAI's wire format closely: every chunk carries the s
 ``function.name`` and an empty ``arguments`` string, then its arguments JSON arrives in pieces;
 the last choice chunk has ``finish_reason`` ``"stop"`` or ``"tool_calls"``; a usage chunk
 follows when ``stream_options.include_usage`` is true; the stream ends with ``data: [DONE]``.
-``stream: false`` gets an ordinary ``chat.completion`` body.
+``stream: false`` gets an ordinary ``chat.completion`` body. The server runs on the event loop
+``clawlet.aio`` chooses (``CLAWLET_EVENT_LOOP``) and sends every chunk at once (``TCP_NODELAY``).
 
 Example::
 
@@ -42,6 +43,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from clawlet import aio
 
 __all__ = [
     "Script",
@@ -92,6 +95,9 @@ class Turn:
     reasoning: str = ""  # streamed first as DeepSeek-style ``reasoning_content`` deltas
     hold: threading.Event | None = None
     finish: str = ""  # another finish_reason than the usual one (``length``: cut at max_tokens)
+    frames: Sequence[JSONDict] = ()
+    """Streamed as they are instead of the chunks built from the fields above (then ``[DONE]``):
+    an upstream's odd shapes (a choice without a delta, usage details, logprobs, an error)."""
 
     @property
     def finish_reason(self) -> str:
@@ -196,12 +202,17 @@ class ScriptedOpenAIServer:
     def start(self, timeout: float = 20.0) -> ScriptedOpenAIServer:
         if self._thread is not None:
             raise RuntimeError("server already started")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        loop = aio.uvicorn_loop()  # before the socket: a bad CLAWLET_EVENT_LOOP leaks nothing
+        # IPPROTO_TCP (not 0) lets asyncio's transport set TCP_NODELAY on each accepted socket, and
+        # the listener's own TCP_NODELAY is inherited by them on Linux: without it, asyncio's loop
+        # leaves Nagle's algorithm on, which may hold a small chunk until the last one is ACKed.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((self.host, self._requested_port))
         self.port = int(sock.getsockname()[1])
         self._socket = sock
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", loop=loop)
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(
@@ -405,6 +416,11 @@ async def _stream_frames(
         "model": model,
         "system_fingerprint": None,
     }
+    if turn.frames:
+        for frame in turn.frames:
+            yield _data(frame)
+        yield "data: [DONE]\n\n"
+        return
     for position, (delta, finish_reason) in enumerate(stream_deltas(turn)):
         if position and turn.delay > 0:
             await asyncio.sleep(turn.delay)

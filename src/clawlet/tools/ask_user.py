@@ -7,10 +7,14 @@ The tool never runs by itself: the engine's approval middleware pauses the run b
 
 from __future__ import annotations
 
-from langchain_core.tools import BaseTool, StructuredTool
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
 
 from clawlet.tools.base import ToolError
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
 
 ASK_USER_TOOL = "ask_user"
 MAX_QUESTION_CHARS = 2_000
@@ -25,6 +29,8 @@ class AskUserInput(BaseModel):
 
 
 def make_ask_user_tool() -> BaseTool:
+    from langchain_core.tools import StructuredTool  # not when the server starts (see clawlet.cli)
+
     def ask_user(question: str) -> str:
         # Reached only when no one could answer (the approval middleware answers it otherwise).
         raise ToolError("no user can answer questions in this conversation; decide yourself and say so")

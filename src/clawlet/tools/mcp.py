@@ -19,13 +19,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from langchain_core.tools import BaseTool
+from typing import TYPE_CHECKING, Any
 
 from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.tools.base import scrubbed_environment
 from clawlet.tools.sandbox import WRITABLE_HOME_DIRS, SandboxUnavailable, ToolSandbox
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
 
 log = logging.getLogger(__name__)
 

@@ -8,27 +8,23 @@ Message), ``message.delta`` (``{taskId, content}``: a reply's text so far), ``ta
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 
 from clawlet.api.deps import InboxDep
+from clawlet.api.sse_response import SseResponse
 
 router = APIRouter()
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
-
-def _response(inbox: InboxDep, task_id: str | None) -> StreamingResponse:
-    return StreamingResponse(
-        inbox.broadcaster.stream(task_id), media_type="text/event-stream", headers=SSE_HEADERS
-    )
+def _response(inbox: InboxDep, task_id: str | None) -> SseResponse:
+    return SseResponse(inbox.broadcaster.stream(task_id))
 
 
 @router.get("/events")
-async def all_events(inbox: InboxDep) -> StreamingResponse:
+async def all_events(inbox: InboxDep) -> SseResponse:
     return _response(inbox, None)
 
 
 @router.get("/tasks/{task_id}/events")
-async def task_events(task_id: str, inbox: InboxDep) -> StreamingResponse:
+async def task_events(task_id: str, inbox: InboxDep) -> SseResponse:
     await inbox.get_task(task_id)  # 404 for an unknown task
     return _response(inbox, task_id)

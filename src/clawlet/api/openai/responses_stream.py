@@ -163,13 +163,13 @@ class ResponseStream(SseEventStream):
 
     # --- the wire ----------------------------------------------------------------------------
 
-    async def transform(self, events: AsyncIterator[Event | None]) -> AsyncIterator[str]:
+    async def batches(self, events: AsyncIterator[Event | None]) -> AsyncIterator[list[str]]:
         told = False
-        async for frame in super().transform(events):
+        async for batch in super().batches(events):
             if self.closed and not told and self.on_final is not None:
                 told = True
                 await self.on_final(self.final)
-            yield frame
+            yield batch
 
     def _event(self, event_type: str, **data: Any) -> str:
         frame = sse_frame(event_type, {**data, "sequence_number": self._sequence})

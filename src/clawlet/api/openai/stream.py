@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from clawlet.api.event_stream import KEEPALIVE, SseEventStream, sse_data
+from clawlet.api.event_stream import HOLE, KEEPALIVE, FrameTemplate, SseEventStream, sse_data
 from clawlet.api.openai.client_tools import ClientCall, is_client_call
 from clawlet.api.openai.errors import openai_error_body
 from clawlet.events import (
@@ -94,6 +94,7 @@ class ChatCompletionStream(SseEventStream):
         self._shown: list[str] = []
         self.tool_calls: list[ClientCall] = []
         """The client tool calls the run paused on (:mod:`clawlet.api.openai.client_tools`)."""
+        self._content = FrameTemplate(self.chunk({"content": HOLE}))
 
     @property
     def content(self) -> str:
@@ -117,7 +118,7 @@ class ChatCompletionStream(SseEventStream):
         if not piece:
             return ()
         self._shown.append(piece)
-        return (self.chunk({"content": piece}),)
+        return (self._content.fill(piece),)
 
     def _open(self) -> str:
         if self.in_block or not self.thinking:

@@ -12,11 +12,14 @@ session and never holding its lock, so the user's own message is never refused a
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from clawlet.engine.agent import AgentEngine
 from clawlet.events import Event, RunFailed, RunFinished, TextDelta
-from clawlet.llm.demo import TASK_PREFIX
+from clawlet.llm.demo_names import TASK_PREFIX
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
+
+if TYPE_CHECKING:
+    from clawlet.engine.agent import AgentEngine
 
 HISTORY_OPEN = "<chat_history>"
 HISTORY_CLOSE = "</chat_history>"

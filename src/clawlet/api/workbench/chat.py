@@ -13,13 +13,13 @@ import asyncio
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clawlet.api.deps import ServicesDep
 from clawlet.api.errors import ApiError
 from clawlet.api.event_stream import KEEPALIVE_SECONDS
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
+from clawlet.api.sse_response import SseResponse
 from clawlet.api.workbench.stream import WorkbenchStream
 from clawlet.engine.approvals import Decision, pending_to_json
 from clawlet.engine.context import RunContext
@@ -90,13 +90,13 @@ async def _collect(run: Run) -> dict[str, Any]:
     return result
 
 
-def _respond(run: Run, session_id: str) -> StreamingResponse:
+def _respond(run: Run, session_id: str) -> SseResponse:
     events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
     return WorkbenchStream().response(events, {"X-Session-ID": session_id})
 
 
 @router.post("/chat", response_model=None)
-async def chat(body: ChatRequest, services: ServicesDep) -> StreamingResponse | dict[str, Any]:
+async def chat(body: ChatRequest, services: ServicesDep) -> SseResponse | dict[str, Any]:
     session_id = body.session_id
     if session_id is None:
         session_id, _ = services.transcripts.create()
@@ -135,7 +135,7 @@ async def list_approvals(session_id: str, services: ServicesDep) -> dict[str, An
 @router.post("/sessions/{session_id}/approvals/{approval_id}", response_model=None)
 async def decide_approval(
     session_id: str, approval_id: str, body: DecisionRequest, services: ServicesDep
-) -> StreamingResponse | dict[str, Any]:
+) -> SseResponse | dict[str, Any]:
     """Decide one pending approval or question; the continuation streams like ``/api/chat``."""
     _known_session(services, session_id)
     decision = Decision(body.decision, body.args, body.message)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from clawlet.api.event_stream import SseEventStream, sse_frame
+from clawlet.api.event_stream import HOLE, FrameTemplate, SseEventStream, sse_frame
 from clawlet.engine.approvals import pending_to_json
 from clawlet.events import (
     ApprovalRequested,
@@ -34,6 +34,9 @@ from clawlet.events import (
     Usage,
 )
 
+_TOKEN = FrameTemplate(sse_frame("token", {"content": HOLE}))
+_THINKING = FrameTemplate(sse_frame("thinking", {"content": HOLE}))
+
 
 def _pending_frame(item: Pending) -> tuple[str]:
     data = pending_to_json(item)
@@ -48,10 +51,10 @@ class WorkbenchStream(SseEventStream):
         self.title: str | None = None
 
     def on_text(self, event: TextDelta) -> Iterable[str]:
-        return (sse_frame("token", {"content": event.text}),)
+        return (_TOKEN.fill(event.text),)
 
     def on_thinking(self, event: Thinking) -> Iterable[str]:
-        return (sse_frame("thinking", {"content": event.text}),)
+        return (_THINKING.fill(event.text),)
 
     def on_retrieval(self, event: Retrieval) -> Iterable[str]:
         return (sse_frame("retrieval", {"query": event.query, "results": event.results}),)

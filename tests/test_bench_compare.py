@@ -1,0 +1,38 @@
+"""Smoke test of ``bench/compare.py``: a tiny run without LiteLLM finishes cleanly and prints a row
+for every path in both phases, the session with history in the sequential one (no timing is
+asserted)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PATHS = ("direct", "clawlet /v1", "clawlet /api/chat", "clawlet /api/agent", "clawlet chat.send")
+
+
+def test_compare_runs_every_path_in_both_phases(tmp_path: Path) -> None:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    )
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "compare.py"),
+        "--no-litellm",
+        *("--iterations", "2", "--warmup", "0", "--concurrency", "2", "--chunks", "5", "--history", "2"),
+    ]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sequential, _, concurrent = done.stdout.partition("[concurrent")
+    assert "[sequential" in sequential and concurrent
+    for phase, paths in ((sequential, (*PATHS, "clawlet /api/chat +2 turns")), (concurrent, PATHS)):
+        rows = {line[:28].strip(): line.split() for line in phase.splitlines()}
+        for path in paths:
+            assert path in rows, phase
+            assert rows[path][-1] == "0"  # errors
+    assert "+2 turns" not in concurrent  # one session runs one turn at a time
+    assert "load average at start" in done.stdout
+    assert "litellm" not in done.stdout
