@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clawlet import aio
+from clawlet import aio, gcpolicy
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
 from clawlet.events import event_to_json
@@ -150,6 +150,7 @@ class EngineWorker:
             error = f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(ConnectionError):
             await self.send({"type": "end", "turn": turn_id, "error": error})
+        gcpolicy.after_turn()  # the first turn loaded the model's client: out of the collector's reach
 
 
 async def _worker_main() -> int:

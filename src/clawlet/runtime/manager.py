@@ -439,7 +439,7 @@ class SessionManager:
                 self.store.append(session_id, "user", text)
 
             # The model call need not wait for the fsync: the message is written meanwhile; the
-            # answer is written and the run ends only once it is on disk (see _drive).
+            # answer goes out and is written only once it is on disk (see _drive).
             saved = asyncio.ensure_future(asyncio.to_thread(save_user_message))
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
@@ -511,8 +511,9 @@ class SessionManager:
         saved: asyncio.Future[None] | None = None,
     ) -> None:
         """Run the turn to its end. ``saved`` is the write of the user's message, going on while
-        the model call starts and the first events go out: the answer is written, and the run
-        ends, only once it is on disk (a failed write fails the run and no answer is written)."""
+        the model call starts: the turn's first event goes out, and anything of the answer is
+        written, only once the message is on disk (a failed write fails the run and no answer is
+        written), so a client never sees an answer to a message a crash could lose."""
         await run.publish(RunStarted(run.session_id, run.run_id))
         outcome: Event
         try:
@@ -522,8 +523,10 @@ class SessionManager:
                     if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
                         waiting = event
                         break
-                    if isinstance(event, NewSegment):
+                    if saved is not None:  # nothing of the answer goes out before the message is on disk
                         await self._user_message_saved(saved)
+                        saved = None
+                    if isinstance(event, NewSegment):
                         await asyncio.to_thread(recorder.flush)
                     recorder.observe(event)
                     await run.publish(event)
