@@ -57,6 +57,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,6 +77,7 @@ from starlette.routing import Route
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from breakdown import print_breakdown
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, Turn, text_turn
 from support import (
     ClawletProcess,
@@ -599,6 +601,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="clawlet's CLAWLET_ENGINE_WORKERS (0: turns in the server's process; CPU counts its workers)",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TURNS",
+        help="then sample clawlet serve (and its workers) with py-spy over TURNS /v1 turns and print "
+        "where its CPU goes, by component (0: no profile)",
+    )
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -661,9 +671,42 @@ async def bench(
     finally:
         if gateway is not None:
             await gateway.close()
+    if args.profile:
+        await profile(args, llm, clawlet, v1_body)
     async with _client(4) as client:
         errors: list[str] = await llm.get(client, "errors")
     return first, second, errors
+
+
+async def profile(args: argparse.Namespace, llm: UpstreamProcess, clawlet: ClawletProcess, body: Any) -> None:
+    """py-spy (250 samples a second) on clawlet serve and its workers over ``args.profile``
+    sequential ``/v1`` turns with the sequential phase's answers; prints the breakdown."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    raw = Path(tempfile.mkdtemp(prefix="clawlet-profile-")) / "serve.txt"
+    command = [
+        spy,
+        "record",
+        "--pid",
+        str(clawlet.pid),
+        "--rate",
+        "250",
+        "--format",
+        "raw",
+        "--full-filenames",
+    ]
+    recorder = await asyncio.create_subprocess_exec(
+        *command, "--subprocesses", "--output", str(raw), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    async with _client(4) as client:
+        await llm.set_turn(client, args.chunks, args.chunk_delay)
+        for _ in range(args.profile):
+            await measure_openai_stream(client, f"{clawlet.url}/v1", body)
+    recorder.send_signal(signal.SIGINT)
+    _, stderr = await asyncio.wait_for(recorder.communicate(), 60)
+    if not raw.exists():
+        print(f"py-spy wrote no profile: {stderr.decode(errors='replace').strip()}", file=sys.stderr)
+        return
+    print_breakdown(raw, f"where clawlet serve's CPU goes over {args.profile} /v1 turns (py-spy, {raw})")
 
 
 def commit() -> str:
