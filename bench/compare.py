@@ -304,18 +304,24 @@ async def measure_api_chat(client: httpx.AsyncClient, url: str, session_id: str 
         if response.status_code != 200:
             await response.aread()
             raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+        gaps: list[float] = []
+        last = 0.0
         async for line in response.aiter_lines():
             if line == "event: token":
                 chunks += 1
+                now = time.perf_counter()
                 if math.isnan(ttft):
-                    ttft = time.perf_counter() - start
+                    ttft = now - start
+                else:
+                    gaps.append(now - last)
+                last = now
             elif line == "event: done":
                 total = time.perf_counter() - start
             elif line == "event: error":
                 raise RuntimeError("clawlet sent an error event")
     if math.isnan(ttft) or math.isnan(total):
         raise RuntimeError("the stream ended without token/done events")
-    return Sample(ttft, total, chunks)
+    return Sample(ttft, total, chunks, gaps)
 
 
 async def measure_api_agent(client: httpx.AsyncClient, url: str) -> Sample:
@@ -531,7 +537,7 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
         f"{'path':<28}{'TTFT p50':>9}{'p99':>8}{'total p50':>10}{'p99':>8}{'CPU/req':>9}"
         f"{'+TTFT p50':>10}{'p99':>8}{'total x':>8}"
     )
-    print(header + (f"{'wall s':>8}{'wall x':>7}" if show_wall else "") + f"{'errors':>7}")
+    print(header + (f"{'wall s':>8}{'wall x':>7}{'gap p99':>8}" if show_wall else "") + f"{'errors':>7}")
     direct = results.get("direct")
     base: dict[str, float] = {}
     if direct and direct.samples:
@@ -561,6 +567,8 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
         if show_wall:
             wall_x = result.wall / direct.wall if direct and name != "direct" else math.nan
             line += f"{result.wall:>8.2f}" + (f"{wall_x:>6.2f}x" if not math.isnan(wall_x) else f"{'':>7}")
+            gaps = [gap for sample in result.samples for gap in sample.gaps]
+            line += f"{_ms(percentile(gaps, 99)) if gaps else '-':>8}"
         print(f"{line}{len(result.errors):>7}")
         for error in result.errors[:2]:
             print(f"  {name} error: {error[:300]}")
@@ -765,7 +773,9 @@ def main(argv: list[str] | None = None) -> int:
         show_wall=True,
     )
     print(
-        "\ntimes in ms; CPU/req: the server process's CPU ms per request (direct: the upstream's); "
+        "\ntimes in ms; gap p99: the 99th percentile of the delays between one content chunk and the "
+        "next (not measured for /api/agent and chat.send); "
+        "CPU/req: the server process's CPU ms per request (direct: the upstream's); "
         "+TTFT: added to direct's; total x, wall x: multiples of direct's; +N turns: one session "
         "with N earlier turns at the start (sequential only)"
     )

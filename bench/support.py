@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -137,6 +137,8 @@ class Sample:
     ttft: float
     total: float
     chunks: int
+    gaps: list[float] = field(default_factory=list)
+    """Seconds between one content chunk and the next (the inter-token delays)."""
 
     @property
     def chunk_rate(self) -> float:
@@ -168,6 +170,8 @@ async def measure_openai_stream(
         if response.status_code != 200:
             await response.aread()
             raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+        gaps: list[float] = []
+        last = 0.0
         async for line in response.aiter_lines():
             if not line.startswith("data: "):
                 continue
@@ -176,11 +180,15 @@ async def measure_openai_stream(
                 break
             if content:
                 chunks += 1
+                now = time.perf_counter()
                 if math.isnan(ttft):
-                    ttft = time.perf_counter() - start
+                    ttft = now - start
+                else:
+                    gaps.append(now - last)
+                last = now
     if math.isnan(ttft):
         raise RuntimeError("stream ended without content")
-    return Sample(ttft, time.perf_counter() - start, chunks)
+    return Sample(ttft, time.perf_counter() - start, chunks, gaps)
 
 
 # -- a `clawlet serve` subprocess (its own interpreter, so the client does not share its GIL) ------
