@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import pytest
 from clawlet.config import Settings
 from clawlet.runtime.engine_pool import PooledEngineAdapter
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
-from tests.conftest import LiveServer, parse_sse
+from tests.conftest import LiveServer, free_port, parse_sse
 from tests.test_approvals import (
     chat,
     names,
@@ -135,3 +137,47 @@ def test_a_named_workspace_keeps_the_main_homes_policies(server: LiveServer) -> 
     assert lines[-1]["subtype"] == "success" and "not available" in lines[-1]["result"]
     team = server.settings.workspaces_root / "team"
     assert not (team / "workspace" / "n.txt").exists()
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def test_clawlet_serve_runs_its_turns_on_engine_workers(clawlet_home: Path) -> None:
+    """The real command: it says how many workers it has, they are its child processes, they
+    answer its turns, and they end with it."""
+    port = free_port()
+    env = {**os.environ, "CLAWLET_HOME": str(clawlet_home), "CLAWLET_ENGINE_WORKERS": "2"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "clawlet", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    workers: list[int] = []
+    try:
+        assert server.stdout is not None
+        assert "· 2 engine workers" in server.stdout.readline()
+        url = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: ready(url), timeout=120), "clawlet serve did not get ready"
+        assert wait_until(lambda: len(children_of(server.pid)) == 2, timeout=120)
+        workers = children_of(server.pid)
+        for pid in workers:
+            assert "clawlet.runtime.engine_worker" in Path(f"/proc/{pid}/cmdline").read_text()
+        response = httpx.post(f"{url}/api/chat", json={"message": "hello", "session_id": "cli"}, timeout=120)
+        assert one(parse_sse(response.text), "done")["content"].startswith("[demo]")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=120)
+    assert wait_until(lambda: all(process_gone(pid) for pid in workers)), "a worker outlived clawlet serve"
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -80,6 +80,7 @@ def cmd_serve(settings: Settings) -> int:
     print(
         f"clawlet {__version__} · home {settings.paths.root} · model {info.label}"
         f" · sandbox {sandbox.describe()}"
+        + (f" · {settings.engine_workers} engine workers" if settings.engine_workers else "")
     )
     if warning := startup_warning(sandbox):
         print(warning, file=sys.stderr)
