@@ -2,23 +2,40 @@
 exactly what LangChain's stock ``ChatOpenAI`` / ``ChatDeepSeek`` stream, from the same real HTTP
 answers of a scripted upstream: every chunk (text, reasoning, tool-call chunks, usage, finish
 reasons, response metadata, logprobs), the joined message, the errors and the chunk timeout; but
-without building the SDK's pydantic chunk objects or a task per chunk."""
+without building the SDK's pydantic chunk objects or a task per chunk. And they send the very request
+body the stock models send, without the SDK's request transform walking it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, BaseMessageChunk
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    BaseMessageChunk,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
+from openai._base_client import BaseClient
+from openai._utils import async_maybe_transform
+from openai.resources.chat.completions import completions as sdk_completions
 from openai.types.chat import ChatCompletionChunk
 
 from clawlet.config import Settings
-from clawlet.llm.openai_stream import PlainChunkChatDeepSeek, PlainChunkChatOpenAI, PlainChunkCompletions
+from clawlet.llm.openai_stream import (
+    PlainChunkChatDeepSeek,
+    PlainChunkChatOpenAI,
+    PlainChunkCompletions,
+    transform_free_fields,
+)
 from clawlet.llm.providers import build_chat_model
 from clawlet.testing.scripted_openai import (
     JSONDict,
@@ -299,3 +316,229 @@ def test_deepseeks_beta_endpoint_copy_relays_plain_chunks_with_the_same_timeout(
     assert isinstance(beta.async_client, PlainChunkCompletions) and beta.stream_chunk_timeout is None
     assert beta.async_client.timeout == 7 and beta.async_client is not model.async_client
     assert "beta" in str(beta.root_async_client.base_url)
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+WEATHER_SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "weather",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def history(turns: int) -> list[BaseMessage]:
+    """A session of ``turns`` earlier turns, each a question, a tool call, its result and an answer."""
+    messages: list[BaseMessage] = [SystemMessage("You are brief. Ünïcödé ok.")]
+    for turn in range(turns):
+        call = {"name": "get_weather", "args": {"city": f"City {turn}"}, "id": f"call_{turn}"}
+        messages += [
+            HumanMessage(f"Weather in City {turn}?"),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage(f'{{"sky": "clear", "n": {turn}}}', tool_call_id=f"call_{turn}"),
+            AIMessage(f"Clear in City {turn}."),
+        ]
+    return messages
+
+
+REQUESTS: dict[str, list[BaseMessage]] = {
+    "text": [SystemMessage("Be brief."), HumanMessage("Hello there, 世界!")],
+    "tool results": [*history(3), HumanMessage("And tomorrow?")],
+    "images": [
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "What is in these?"},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": f"data:image/png;base64,{PIXEL}", "detail": "low"},
+                },
+                {"type": "image", "base64": PIXEL, "mime_type": "image/png"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+            ]
+        )
+    ],
+    "50 turns": [*history(50), HumanMessage("Summarise.")],
+}
+BINDINGS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "tools": {"tools": [WEATHER_TOOL], "tool_choice": "auto", "parallel_tool_calls": False},
+    "forced tool": {"tools": [WEATHER_TOOL], "tool_choice": "get_weather"},
+    "json_schema": {"response_format": WEATHER_SCHEMA},
+}
+OPTIONS: dict[str, Any] = {
+    "temperature": 0.2,
+    "top_p": 0.9,
+    "max_tokens": 64,
+    "seed": 7,
+    "stop": ["END"],
+    "presence_penalty": 0.1,
+    "logit_bias": {"50256": -100},
+    "extra_body": {"reasoning": {"effort": "low"}},
+    "model_kwargs": {"user": "someone"},
+}
+
+
+def bound(model: BaseChatModel, binding: str) -> Any:
+    kwargs = dict(BINDINGS[binding])
+    if "tools" in kwargs:
+        return model.bind_tools(kwargs.pop("tools"), **kwargs)
+    return model.bind(**kwargs)
+
+
+def sent_bodies(family: str, stream_usage: bool, request: str, binding: str) -> tuple[list[str], list[str]]:
+    """The request bodies (JSON, keys in the order sent) the stock and clawlet's models send."""
+    with ScriptedOpenAIServer(lambda body: text_turn('{"city": "Paris"}', chunks=3)) as upstream:
+        stock, plain = models(upstream, family, stream_usage=stream_usage, **OPTIONS)
+
+        async def run() -> list[str]:  # one event loop (LangChain shares one HTTP client per base URL)
+            for model in (stock, plain):
+                async for _chunk in bound(model, binding).astream(REQUESTS[request]):
+                    pass
+            return [json.dumps(body, ensure_ascii=False) for body in upstream.requests]
+
+        bodies = asyncio.run(run())
+    return bodies[:-1], bodies[-1:]
+
+
+@pytest.mark.parametrize("family", ["openai", "deepseek"])
+@pytest.mark.parametrize("stream_usage", [True, False])
+@pytest.mark.parametrize(
+    ("request_name", "binding"),
+    [(name, binding) for name in REQUESTS if name != "50 turns" for binding in BINDINGS]
+    + [("50 turns", "tools")],
+)
+def test_sends_the_request_body_the_stock_model_sends(
+    family: str, stream_usage: bool, request_name: str, binding: str
+) -> None:
+    expected, got = sent_bodies(family, stream_usage, request_name, binding)
+    assert len(got) == 1 and got == expected
+    sent = json.loads(got[0])
+    assert sent["stream"] is True and sent["temperature"] == 0.2 and sent["reasoning"] == {"effort": "low"}
+    assert ("stream_options" in sent) == stream_usage
+    if binding == "json_schema":
+        assert sent["response_format"] == WEATHER_SCHEMA
+    if request_name == "images":
+        parts = sent["messages"][0]["content"]
+        assert [part["type"] for part in parts] == ["text", "image_url", "image_url", "image_url"]
+
+
+@pytest.fixture
+def transforms(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every body the SDK's chat completions ``create`` hands to its request transform."""
+    seen: list[object] = []
+    transform = async_maybe_transform  # the one the SDK's completions module imported
+
+    async def counting(data: object, expected_type: object) -> Any:
+        seen.append(data)
+        return await transform(data, expected_type)
+
+    monkeypatch.setattr(sdk_completions, "async_maybe_transform", counting)
+    return seen
+
+
+@pytest.mark.parametrize("family", ["openai", "deepseek"])
+def test_a_streamed_request_skips_the_sdks_transform(family: str, transforms: list[object]) -> None:
+    """What made the time to the first token grow with the session: the SDK's transform walking
+    every message of the history against its TypedDicts. The stock model still runs it."""
+    with ScriptedOpenAIServer(lambda body: text_turn("Clear.", chunks=2)) as upstream:
+        stock, plain = models(upstream, family, stream_usage=True)
+        plain, stock = bound(plain, "tools"), bound(stock, "tools")
+
+        async def run(model: Any) -> str:
+            return "".join([str(chunk.content) async for chunk in model.astream(REQUESTS["50 turns"])])
+
+        async def both() -> tuple[str, int, str]:
+            answer = await run(plain)
+            return answer, len(transforms), await run(stock)
+
+        assert asyncio.run(both()) == ("Clear.", 0, "Clear.")
+        assert len(transforms) == 1  # the stock model's
+        assert upstream.requests[0] == upstream.requests[1]
+
+
+def test_a_body_the_transform_would_change_takes_the_sdks_path(transforms: list[object]) -> None:
+    """A value the SDK's transform converts (here a tuple: a list on the wire) or an unknown
+    parameter goes through the SDK's ``create``, exactly as before."""
+    with ScriptedOpenAIServer(lambda body: text_turn("ok")) as upstream:
+        stock, plain = models(upstream, "openai")
+
+        async def run(model: BaseChatModel, **kwargs: Any) -> str:
+            return "".join([str(chunk.content) async for chunk in model.astream("hi", **kwargs)])
+
+        async def all_three() -> tuple[str, int, str, str]:
+            answer = await run(plain, stop=("END", "STOP"))
+            seen = len(transforms)
+            try:
+                await run(plain, no_such_parameter=1)
+            except TypeError as error:
+                return answer, seen, await run(stock, stop=("END", "STOP")), str(error)
+            raise AssertionError("an unknown parameter was sent")
+
+        answer, seen, stock_answer, error = asyncio.run(all_three())
+        assert (answer, seen, stock_answer) == ("ok", 1, "ok") and "no_such_parameter" in error
+        assert upstream.requests[0]["stop"] == ["END", "STOP"]
+        assert upstream.requests[0] == upstream.requests[1]
+
+
+def test_every_chat_completion_field_is_sent_as_it_is() -> None:
+    """The SDK's transform renames or reformats nothing in a streamed chat completion's body: no
+    field's type, however deep, carries an alias or a format."""
+    fields = transform_free_fields()
+    assert fields[:4] == ("model", "stream", "service_tier", "messages")
+    assert {"messages", "tools", "tool_choice", "response_format", "stream_options", "temperature"} <= set(
+        fields
+    )
+    assert len(fields) == len(set(fields)) == 37
+
+
+def test_sends_the_http_request_the_stock_model_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same headers (the SDK's own, the client's defaults), body bytes, URL and timeout."""
+    built: list[tuple[dict[str, str], bytes, str, object]] = []
+    build_request = BaseClient._build_request
+
+    def recording(self: BaseClient[Any, Any], options: Any, *, retries_taken: int = 0) -> Any:
+        request = build_request(self, options, retries_taken=retries_taken)
+        built.append(
+            (dict(request.headers), request.content, str(request.url), request.extensions["timeout"])
+        )
+        return request
+
+    monkeypatch.setattr(BaseClient, "_build_request", recording)
+    with ScriptedOpenAIServer(lambda body: text_turn("ok")) as upstream:
+        stock, plain = models(
+            upstream, "openai", stream_usage=True, timeout=33, default_headers={"X-Team": "a"}
+        )
+        expected, got = both(stock, plain, "hi")
+    assert got == expected and got[2] == ""
+    assert len(built) == 2 and built[0] == built[1]
+    headers, _body, _url, timeout = built[1]
+    assert headers["x-team"] == "a" and timeout == {
+        "connect": 33.0,
+        "read": 33.0,
+        "write": 33.0,
+        "pool": 33.0,
+    }
+
+
+@pytest.mark.parametrize("family", ["openai", "deepseek"])
+def test_a_failed_request_is_retried_as_the_stock_model_retries_it(family: str) -> None:
+    attempts: list[int] = []
+
+    def fail_every_other(body: JSONDict) -> Turn:
+        attempts.append(len(attempts))
+        if len(attempts) % 2:
+            raise ValueError("try again")  # a 500: the SDK retries it
+        return text_turn("second time lucky", chunks=3)
+
+    with ScriptedOpenAIServer(fail_every_other) as upstream:
+        stock, plain = models(upstream, family, max_retries=1)
+        expected, got = both(stock, plain, "hi")
+    assert got == expected and got[1] is not None and got[1]["content"] == "second time lucky"
+    assert len(attempts) == 4

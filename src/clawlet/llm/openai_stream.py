@@ -12,20 +12,36 @@ builds from the ``model_dump``. The per-chunk timeout (``stream_chunk_timeout``:
 ``LANGCHAIN_OPENAI_STREAM_CHUNK_TIMEOUT_S``, same :class:`~langchain_openai.StreamChunkTimeoutError`)
 is kept, enforced here with ``asyncio.timeout``. Everything else (non-streamed calls, the Responses
 API, structured output through the SDK's parsing stream) is LangChain's and the SDK's, unchanged.
+
+The streamed request skips the SDK's request ``transform`` too, which walks every message against
+the ``CompletionCreateParams`` TypedDicts (~20 ms for a session of 100 messages). Those types carry
+no alias and no format (see :func:`transform_free_fields`), so on a body made only of JSON values
+the transform only copies it; such a body goes to the resource's own ``_post`` with the options
+``create`` would build (same path, keys in the same order, headers, timeout, retries, errors). A
+body holding anything else (a pydantic object, a tuple, ``omit``, an unknown parameter) or a field
+whose type would need transforming takes the SDK's ``create`` as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+from functools import cache
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast, get_args, get_type_hints
 
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
 from langchain_openai.chat_models.base import BaseChatOpenAI
-from openai import AsyncStream
+from openai import AsyncStream, not_given
+from openai._base_client import make_request_options
+from openai._utils._transform import PropertyInfo
+from openai.resources.chat.completions import AsyncCompletions
+from openai.types.chat import ChatCompletion
+from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from pydantic import model_validator
+from typing_extensions import is_typeddict
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +98,61 @@ class PlainChunkStream:
         return chunk
 
 
+REQUEST_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
+# the order ``AsyncCompletions.create`` lays the body out in: these first, then its signature's
+LEADING_FIELDS = ("model", "stream", "service_tier", "messages")
+
+
+def transforming(annotation: object, seen: dict[int, object]) -> bool:
+    """Whether the SDK's transform would rename or reformat anything typed ``annotation`` (``seen``
+    holds what was looked at already, by id, and keeps it alive so no id is reused meanwhile)."""
+    if id(annotation) in seen:
+        return False
+    seen[id(annotation)] = annotation
+    if is_typeddict(annotation):
+        hints = get_type_hints(annotation, include_extras=True)
+        return any(transforming(hint, seen) for hint in hints.values())
+    metadata = getattr(annotation, "__metadata__", ())
+    if any(isinstance(info, PropertyInfo) and (info.alias or info.format) for info in metadata):
+        return True
+    return any(transforming(arg, seen) for arg in get_args(annotation))
+
+
+@cache
+def transform_free_fields() -> tuple[str, ...]:
+    """The body fields of a streamed ``chat.completions.create`` whose types the SDK's transform
+    leaves alone (with this SDK, all), in the order ``create`` sends them."""
+    hints = get_type_hints(CompletionCreateParamsStreaming, include_extras=True)
+    parameters = [name for name in inspect.signature(AsyncCompletions.create).parameters if name in hints]
+    ordered = [*LEADING_FIELDS, *(name for name in parameters if name not in LEADING_FIELDS)]
+    return tuple(name for name in ordered if not transforming(hints[name], {}))
+
+
+def is_plain_json(value: object) -> bool:
+    """Whether ``value`` is made only of dicts (string keys), lists, strings, numbers, bools and None:
+    what the SDK's transform returns as it found it when the types carry no alias or format."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return True
+    if kind is dict:
+        return all(
+            type(key) is str and is_plain_json(item) for key, item in cast(dict[Any, Any], value).items()
+        )
+    if kind is list:
+        return all(is_plain_json(item) for item in cast(list[Any], value))
+    return False
+
+
+def plain_body(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The body ``create(**params)`` would send, if the SDK's transform would send it as it is; else None."""
+    fields = transform_free_fields()
+    body_keys = params.keys() - REQUEST_OPTIONS
+    if not {"model", "messages"} <= body_keys or not body_keys <= set(fields):
+        return None
+    body = {name: params[name] for name in fields if name in params}
+    return body if is_plain_json(body) else None
+
+
 class PlainChunkCompletions:
     """``AsyncOpenAI().chat.completions`` whose streamed ``create`` returns a :class:`PlainChunkStream`;
     everything else is the SDK's resource itself."""
@@ -97,8 +168,27 @@ class PlainChunkCompletions:
     async def create(self, **params: Any) -> Any:
         if not params.get("stream"):
             return await self.completions.create(**params)
-        response = await self.completions.with_raw_response.create(**params)
-        return PlainChunkStream(response.parse(to=AsyncStream[object]), self.timeout, self.model_name)
+        body = plain_body(params)
+        if body is None:
+            response = await self.completions.with_raw_response.create(**params)
+            stream = response.parse(to=AsyncStream[object])
+        else:
+            timeout: Any = params.get("timeout", not_given)
+            stream = await self.completions._post(
+                "/chat/completions",
+                body=body,
+                options=make_request_options(
+                    extra_headers=params.get("extra_headers"),
+                    extra_query=params.get("extra_query"),
+                    extra_body=params.get("extra_body"),
+                    timeout=timeout,
+                    security={"bearer_auth": True},
+                ),
+                cast_to=ChatCompletion,
+                stream=True,
+                stream_cls=AsyncStream[object],
+            )
+        return PlainChunkStream(stream, self.timeout, self.model_name)
 
 
 def relay_plain_chunks(model: BaseChatOpenAI, timeout: float | None = None) -> None:
