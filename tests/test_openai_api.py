@@ -79,7 +79,10 @@ def test_openai_sdk_sync_async_stream_helper_and_non_stream(server: LiveServer) 
         )
         if chunk.choices
     ]
-    assert "你好" in "".join(pieces) and len(pieces) > 5
+    # the demo model answers instantly: text that piles up while the stream is written goes out
+    # merged, so the number of pieces depends on the machine's load (at least one besides the role
+    # and finish chunks)
+    assert "你好" in "".join(pieces) and len(pieces) >= 3 and pieces[0] == ""
 
     with sync.chat.completions.stream(
         model="clawlet", messages=[{"role": "user", "content": "read workspace/IDENTITY.md"}]
