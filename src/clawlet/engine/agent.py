@@ -57,7 +57,7 @@ from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.engine.sampling import SamplingMiddleware
 from clawlet.engine.structured import ResponseFormatMiddleware
-from clawlet.engine.token_release import TOKEN_RELEASE
+from clawlet.engine.token_release import TokenRelease
 from clawlet.events import (
     Event,
     NewSegment,
@@ -322,7 +322,7 @@ class AgentEngine:
         steps_per_model_call = max(2, len(agent.builder.nodes))
         config: dict[str, Any] = {
             "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10,
-            "callbacks": [TOKEN_RELEASE],  # each chunk goes out as it arrives, even in a burst
+            "callbacks": [TokenRelease()],  # the first text goes out at once, even in a burst
         }
         # one checkpoint when the run ends or pauses, not one per step: a turn is continued only
         # from its pause point, and a checkpointed session process keeps just its last turn

@@ -7,9 +7,10 @@ in the HTTP client's buffer does not suspend, so when a provider sends a burst (
 cached answer, a slow network delivering in one read) the model node relays the whole burst
 before the reader runs once: the first token reached the client only after the last chunk of the
 burst was parsed (about 15 ms for a 200-chunk answer on this machine). :class:`TokenRelease`, a
-LangChain callback handler run inline with each new token, gives the loop one turn after each
-chunk, so the reader relays the chunk at once; when chunks trickle in (a model generating them)
-the read suspends anyway and this costs one loop pass per chunk.
+LangChain callback handler run inline with each new token (one per turn), gives the loop a turn
+after a model call's first text, so the reader relays it at once, and then every millisecond of a
+burst (not after every chunk: each release runs the whole relay once, about as much CPU as
+parsing a chunk). When chunks trickle in (a model generating them) the read suspends anyway.
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ from uuid import UUID
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 
+RELEASE_INTERVAL = 0.001
+"""Seconds the model step may go on parsing a burst after its first text before it lets the loop
+run again: chunks parsed meanwhile go out together (watchers merge the text that piled up), so
+the release costs one pass of the relay per millisecond of burst, not one per chunk."""
+
 
 class TokenRelease(AsyncCallbackHandler):
-    """Yield to the event loop after every streamed chunk of a model call (see the module
-    docstring); every other callback event is ignored, so LangChain does not dispatch it here."""
+    """One turn's release of streamed chunks (see the module docstring): the loop gets a turn
+    after the first chunk with text of each model call, then at most every
+    :data:`RELEASE_INTERVAL` while chunks keep coming without a pause. Every other callback event
+    is ignored, so LangChain does not dispatch it here."""
 
     run_inline = True
     ignore_chain = True
@@ -33,6 +41,11 @@ class TokenRelease(AsyncCallbackHandler):
     ignore_chat_model = True
     ignore_retry = True
     ignore_custom_event = True
+
+    def __init__(self) -> None:
+        self.text_of: UUID | None = None
+        """The model call whose first text was released."""
+        self.released = -RELEASE_INTERVAL
 
     async def on_llm_new_token(
         self,
@@ -44,8 +57,10 @@ class TokenRelease(AsyncCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        await asyncio.sleep(0)
-
-
-TOKEN_RELEASE = TokenRelease()
-"""The one handler every turn passes (it holds no state)."""
+        loop = asyncio.get_running_loop()
+        first_text = bool(token) and run_id != self.text_of
+        if first_text:
+            self.text_of = run_id
+        if first_text or loop.time() - self.released >= RELEASE_INTERVAL:
+            await asyncio.sleep(0)
+            self.released = loop.time()
