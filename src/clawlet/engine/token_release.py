@@ -8,9 +8,10 @@ cached answer, a slow network delivering in one read) the model node relays the 
 before the reader runs once: the first token reached the client only after the last chunk of the
 burst was parsed (about 15 ms for a 200-chunk answer on this machine). :class:`TokenRelease`, a
 LangChain callback handler run inline with each new token (one per turn), gives the loop a turn
-after a model call's first text, so the reader relays it at once, and then every millisecond of a
-burst (not after every chunk: each release runs the whole relay once, about as much CPU as
-parsing a chunk). When chunks trickle in (a model generating them) the read suspends anyway.
+after each chunk until a model call's first text has been passed on, so it goes out at once, and
+then every millisecond of a burst (not after every chunk: each release runs the whole relay once,
+about as much CPU as parsing a chunk). When chunks trickle in (a model generating them) the read
+suspends anyway.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ the release costs one pass of the relay per millisecond of burst, not one per ch
 
 
 class TokenRelease(AsyncCallbackHandler):
-    """One turn's release of streamed chunks (see the module docstring): the loop gets a turn
-    after the first chunk with text of each model call, then at most every
-    :data:`RELEASE_INTERVAL` while chunks keep coming without a pause. Every other callback event
-    is ignored, so LangChain does not dispatch it here."""
+    """One turn's release of streamed chunks (see the module docstring): from a model call's first
+    text until the turn has passed that text on (:meth:`passed_on`), the loop gets a turn after
+    every chunk (the text goes through several tasks on its way out: LangGraph's stream, the turn
+    waiting for the user's message to be on disk, each watcher; each needs a turn of the loop);
+    after that at most every :data:`RELEASE_INTERVAL` while chunks keep coming without a pause.
+    Every other callback event is ignored, so LangChain does not dispatch it here."""
 
     run_inline = True
     ignore_chain = True
@@ -44,8 +47,14 @@ class TokenRelease(AsyncCallbackHandler):
 
     def __init__(self) -> None:
         self.text_of: UUID | None = None
-        """The model call whose first text was released."""
+        """The model call whose first text was seen."""
+        self.eager = False
+        """Whether that text is still on its way out (every chunk is released)."""
         self.released = -RELEASE_INTERVAL
+
+    def passed_on(self) -> None:
+        """The turn has passed a text on: back to a release per :data:`RELEASE_INTERVAL`."""
+        self.eager = False
 
     async def on_llm_new_token(
         self,
@@ -57,10 +66,10 @@ class TokenRelease(AsyncCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        loop = asyncio.get_running_loop()
-        first_text = bool(token) and run_id != self.text_of
-        if first_text:
+        if token and run_id != self.text_of:  # a model call's first text
             self.text_of = run_id
-        if first_text or loop.time() - self.released >= RELEASE_INTERVAL:
+            self.eager = True
+        loop = asyncio.get_running_loop()
+        if self.eager or loop.time() - self.released >= RELEASE_INTERVAL:
             await asyncio.sleep(0)
             self.released = loop.time()
