@@ -57,6 +57,7 @@ from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.engine.sampling import SamplingMiddleware
 from clawlet.engine.structured import ResponseFormatMiddleware
+from clawlet.engine.token_release import TokenRelease
 from clawlet.events import (
     Event,
     NewSegment,
@@ -319,8 +320,11 @@ class AgentEngine:
         # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would
         # abort with GraphRecursionError before the model-call cap ends the run cleanly.
         steps_per_model_call = max(2, len(agent.builder.nodes))
+        release = TokenRelease()
         config: dict[str, Any] = {
-            "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10
+            "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10,
+            # the first text goes out at once, even in a burst (a structured answer's text does not)
+            "callbacks": [release] if context.response_format is None else [],
         }
         # one checkpoint when the run ends or pauses, not one per step: a turn is continued only
         # from its pause point, and a checkpointed session process keeps just its last turn
@@ -392,6 +396,7 @@ class AgentEngine:
                         tools_ran = False
                         yield NewSegment()
                     yield TextDelta(text)
+                    release.passed_on()
                 continue
             for node, update in payload.items():
                 if node == INTERRUPT_KEY:

@@ -834,6 +834,8 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
     # -- async variants (the sync methods in a worker thread) -------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if self._no_thread(config["configurable"]["thread_id"]):  # a fresh turn's: no thread hop
+            return None
         return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
@@ -871,7 +873,14 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        if self._no_thread(thread_id):  # a session's first turn: nothing to delete, no thread hop
+            return
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    def _no_thread(self, thread_id: object) -> bool:
+        """Whether ``thread_id`` has no directory (one ``stat``): it holds nothing to read or
+        delete. A thread that has one is read and deleted by a worker thread."""
+        return not self.thread_dir(str(thread_id)).exists()
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await asyncio.to_thread(self.delete_for_runs, run_ids)

@@ -10,6 +10,7 @@ continuation exactly like ``/api/chat``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any, Literal
 
 from fastapi import APIRouter
@@ -97,9 +98,8 @@ def _respond(run: Run, session_id: str) -> SseResponse:
 
 @router.post("/chat", response_model=None)
 async def chat(body: ChatRequest, services: ServicesDep) -> SseResponse | dict[str, Any]:
-    session_id = body.session_id
-    if session_id is None:
-        session_id, _ = services.transcripts.create()
+    # a new session's file is written with its first message, by start_turn's worker thread
+    session_id = uuid.uuid4().hex if body.session_id is None else body.session_id
     try:
         validate_session_id(session_id)
         run = await services.sessions.start_turn(session_id, body.message, context=WORKBENCH_CONTEXT)
