@@ -565,11 +565,13 @@ class SessionManager:
                     )
         finally:
             self._forget_stateless(run.session_id, adapter, waiting=isinstance(outcome, RunWaiting))
-            await run.close()
-            # Watchers keep their own reference; the manager forgets finished runs.
-            if self.runs.get(run.session_id) is run:
-                del self.runs[run.session_id]
-            gcpolicy.after_turn()
+            try:
+                await run.close()
+            finally:
+                # Watchers keep their own reference; the manager forgets finished runs.
+                if self.runs.get(run.session_id) is run:
+                    del self.runs[run.session_id]
+                gcpolicy.after_turn()  # paired with turn_started() above, however the turn ended
 
     def _forget_stateless(self, session_id: str, adapter: RuntimeAdapter, *, waiting: bool) -> None:
         """Drop the session's adapter when its turn is over if it keeps no state between turns
