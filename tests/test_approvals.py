@@ -19,6 +19,7 @@ import pytest
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.approvals import apply_policies, effective_policies
 from clawlet.engine.context import RunContext
+from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
 from tests.conftest import LiveServer, assert_error, lines_of, parse_sse
 from tests.support.transcripts import calls_shown
@@ -230,6 +231,24 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer) -> None:
     assert lines_of(side) == ["once"]
     # the session works on as usual
     assert names(chat(server, "a1", "hello"))[-1] == "done"
+
+
+def test_the_engine_adapter_is_kept_only_while_the_session_waits(server: LiveServer) -> None:
+    """An ``EngineAdapter`` keeps nothing between turns: the manager drops it when a turn ends,
+    except while the session waits for a decision (the continuation makes another otherwise)."""
+    adapters = server.app.state.services.sessions.adapters
+    set_policies(server, {"terminal": "ask"})
+    assert names(chat(server, "d1", "hello"))[-1] in ("done", "title")
+    assert "d1" not in adapters
+    request = one(chat(server, "d2", APPEND), "approval_required")
+    assert isinstance(adapters["d2"], EngineAdapter)
+    assert names(decide_ok(server, "d2", request["approval_id"], decision="approve"))[-2:] == [
+        "done",
+        "title",
+    ]
+    assert "d2" not in adapters
+    assert names(chat(server, "d2", "hello again"))[-1] == "done"  # a new one serves the next turn
+    assert "d2" not in adapters
 
 
 def test_edit_runs_the_tool_with_the_edited_arguments(server: LiveServer) -> None:

@@ -1,5 +1,7 @@
 """After a serving process's first turn, what that turn loaded is frozen out of the collector's
-reach too (:mod:`clawlet.gcpolicy`); a process that did not freeze at start-up is left alone."""
+reach too (:mod:`clawlet.gcpolicy`), but never while another turn runs; once no turn has run for
+a while, memory is released (a full collection, ``malloc_trim``); a process that did not freeze at
+start-up is left alone."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 from clawlet import gcpolicy
 
 SCRIPT = r"""
-import asyncio, gc, json, sys
+import asyncio, gc, json, sys, time
+from clawlet import gcpolicy
 from clawlet.config import Settings
 from clawlet.home import init_home
 from clawlet.services import build_services
@@ -25,13 +28,29 @@ if sys.argv[1] == "serving":
     gc.freeze()  # what `clawlet serve` does before it serves
 counts = [gc.get_freeze_count()]
 
+gcpolicy.QUIET_SECONDS = 0.05
+gcpolicy.MIN_RELEASE_INTERVAL = 0.05
+
+async def turn(n):
+    run = await services.sessions.start_turn("s", f"hello {n}", title=False)
+    await run.wait()
+    await asyncio.sleep(0)  # the loop runs what the turn's end scheduled
+
 async def turns():
-    for n in range(2):
-        run = await services.sessions.start_turn("s", f"hello {n}", title=False)
-        await run.wait()
-        await asyncio.sleep(0)  # the loop runs what the turn's end scheduled
-        counts.append(gc.get_freeze_count())
+    gcpolicy.turn_started()  # a turn of another workspace, in flight
+    await turn(0)
+    counts.append(gc.get_freeze_count())  # not frozen while it runs
+    gcpolicy.after_turn()
+    await asyncio.sleep(0)
+    counts.append(gc.get_freeze_count())
+    await turn(1)
+    counts.append(gc.get_freeze_count())
     counts.append(gc.get_threshold()[0])
+    counts.append(gcpolicy.release_scheduled())
+    deadline = time.monotonic() + 60
+    while gcpolicy.release_scheduled() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    counts.append(gcpolicy.releases)
 
 asyncio.run(turns())
 print(json.dumps(counts))
@@ -49,12 +68,17 @@ def freeze_counts(mode: str, home: Path) -> list[int]:
 
 
 def test_the_first_turn_of_a_serving_process_freezes_what_it_loaded(tmp_path: Path) -> None:
-    at_start, after_first, after_second, threshold = freeze_counts("serving", tmp_path / "home")
+    at_start, during_other, after_first, after_second, threshold, scheduled, releases = freeze_counts(
+        "serving", tmp_path / "home"
+    )
     assert at_start > 0
-    assert after_first > at_start  # what the first turn built is frozen too
+    assert during_other <= at_start  # another turn was still running: nothing frozen yet
+    assert after_first > at_start  # what the first turn built is frozen too, once no turn runs
     assert after_second <= after_first  # once (frozen objects freed by reference counting leave)
     assert threshold == gcpolicy.THRESHOLDS[0]
+    assert scheduled and releases >= 1  # once quiet, memory was released
 
 
 def test_a_process_that_did_not_freeze_is_left_alone(tmp_path: Path) -> None:
-    assert freeze_counts("plain", tmp_path / "home") == [0, 0, 0, 700]  # Python's default
+    # Python's default threshold, and no release of memory scheduled
+    assert freeze_counts("plain", tmp_path / "home") == [0, 0, 0, 0, 700, False, 0]

@@ -140,3 +140,25 @@ def test_a_memo_keeps_only_its_most_recent_files(tmp_path: Path) -> None:
     assert memo.computed == 3
     memo.get(paths[0], lambda found: found.name)  # the least recently used was dropped
     assert memo.computed == 4
+
+
+def test_a_memo_keeps_values_of_at_most_max_bytes_of_files(tmp_path: Path) -> None:
+    memo: FileMemo[str] = FileMemo(max_entries=10, max_bytes=250)
+    old = time.time_ns() - int((RACY_SECONDS + 5) * 1e9)
+    paths = [tmp_path / f"{n}.txt" for n in range(4)]
+    for path, size in zip(paths, (100, 100, 100, 300), strict=True):
+        path.write_text("x" * size, encoding="utf-8")
+        os.utime(path, ns=(old, old))
+    for path in paths[:3]:
+        memo.get(path, lambda found: found.name)
+    assert memo.kept_bytes == 200  # the third pushed the least recently used out
+    memo.get(paths[2], lambda found: found.name)
+    memo.get(paths[1], lambda found: found.name)
+    assert memo.computed == 3
+    memo.get(paths[0], lambda found: found.name)
+    assert memo.computed == 4
+    memo.get(paths[3], lambda found: found.name)  # larger than the bound alone: not kept
+    assert memo.kept_bytes == 200  # and the others stay
+    memo.get(paths[3], lambda found: found.name)
+    memo.get(paths[0], lambda found: found.name)
+    assert memo.computed == 6

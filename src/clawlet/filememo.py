@@ -54,13 +54,22 @@ class _Entry(Generic[T]):
     value: T
 
 
+def _size(entry: _Entry[T]) -> int:
+    """The size of the file ``entry`` was computed from (0: there was none)."""
+    return 0 if entry.signature is None else entry.signature[2]
+
+
 class FileMemo(Generic[T]):
     """Per path (and ``variant``, for values that depend on more than the file): the last value
     computed from the file and its signature then. Thread-safe; a value is shared, not copied."""
 
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(self, max_entries: int = 1024, max_bytes: int | None = None) -> None:
         self._entries: OrderedDict[tuple[Path, Hashable], _Entry[T]] = OrderedDict()
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        """At most this many bytes of files (their sizes when read) have a value kept; ``None``: no
+        bound but the count. A file larger than that alone is not kept."""
+        self._bytes = 0
         self._lock = threading.Lock()
         self.computed = 0
         """How many times a value was computed (not reused): what tests count."""
@@ -85,14 +94,29 @@ class FileMemo(Generic[T]):
             if settled and keep:
                 self._store(key, _Entry(signature, value))
             else:
-                self._entries.pop(key, None)
+                self._drop(key)
         return value
 
     def _store(self, key: tuple[Path, Hashable], entry: _Entry[T]) -> None:
+        self._drop(key)
+        if self.max_bytes is not None and _size(entry) > self.max_bytes:
+            return  # it alone is over the bound: keeping it would push every other value out
         self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:  # the least recently used go first
-            self._entries.popitem(last=False)
+        self._bytes += _size(entry)
+        while len(self._entries) > self.max_entries or (
+            self.max_bytes is not None and self._bytes > self.max_bytes
+        ):  # the least recently used go first
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: tuple[Path, Hashable]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= _size(entry)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The sizes of the files whose values are kept, summed."""
+        return self._bytes
 
     def remember(self, path: Path, status: os.stat_result, value: T, variant: Hashable = None) -> None:
         """Record ``value`` as what ``path`` holds: the caller just wrote it (``status`` is the
@@ -102,4 +126,4 @@ class FileMemo(Generic[T]):
 
     def forget(self, path: Path, variant: Hashable = None) -> None:
         with self._lock:
-            self._entries.pop((path, variant), None)
+            self._drop((path, variant))

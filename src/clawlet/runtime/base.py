@@ -48,6 +48,11 @@ class RuntimeAdapter(ABC):
     are denied)."""
 
     supports_approvals: bool = False
+    keeps_state: bool = True
+    """Whether the adapter holds something of the session between turns (a process, a memory, a
+    connection). One that does not (``False``) is dropped by the manager once a turn ends without
+    waiting for a decision, and made again for the session's next turn: a server that served many
+    sessions keeps no object per session (each one would pin a block of memory)."""
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
         """Raise :class:`~clawlet.engine.approvals.InvalidDecision` if ``decision`` cannot answer

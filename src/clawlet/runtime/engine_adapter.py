@@ -14,7 +14,11 @@ if TYPE_CHECKING:
 
 
 class EngineAdapter(RuntimeAdapter):
+    """A turn at a time on the workspace's engine; the session's state is its transcript and (when
+    paused) its approvals on disk, so the manager drops the adapter between turns."""
+
     supports_approvals = True
+    keeps_state = False
 
     def __init__(self, engine: AgentEngine) -> None:
         self.engine = engine

@@ -134,6 +134,13 @@ class EngineWorker:
         self.turns.pop(turn_id, None)
 
     async def _run_turn(self, turn_id: str, message: Mapping[str, Any]) -> None:
+        gcpolicy.turn_started()
+        try:
+            await self._turn(turn_id, message)
+        finally:
+            gcpolicy.after_turn()  # once idle: what the turns loaded is frozen, memory released
+
+    async def _turn(self, turn_id: str, message: Mapping[str, Any]) -> None:
         error: str | None = None
         try:
             data = decode_message(message)
@@ -150,7 +157,6 @@ class EngineWorker:
             error = f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(ConnectionError):
             await self.send({"type": "end", "turn": turn_id, "error": error})
-        gcpolicy.after_turn()  # the first turn loaded the model's client: out of the collector's reach
 
 
 async def _worker_main() -> int:

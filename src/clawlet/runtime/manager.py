@@ -514,9 +514,10 @@ class SessionManager:
         the model call starts: the turn's first event goes out, and anything of the answer is
         written, only once the message is on disk (a failed write fails the run and no answer is
         written), so a client never sees an answer to a message a crash could lose."""
-        await run.publish(RunStarted(run.session_id, run.run_id))
+        gcpolicy.turn_started()
         outcome: Event
         try:
+            await run.publish(RunStarted(run.session_id, run.run_id))
             waiting: RunWaiting | None = None
             async with aclosing(adapter.send_message(message)) as events:
                 async for event in events:
@@ -563,11 +564,21 @@ class SessionManager:
                         Title(run.session_id, made.title, made.input_tokens, made.output_tokens)
                     )
         finally:
-            await run.close()
-            # Watchers keep their own reference; the manager forgets finished runs.
-            if self.runs.get(run.session_id) is run:
-                del self.runs[run.session_id]
-            gcpolicy.after_turn()
+            self._forget_stateless(run.session_id, adapter, waiting=isinstance(outcome, RunWaiting))
+            try:
+                await run.close()
+            finally:
+                # Watchers keep their own reference; the manager forgets finished runs.
+                if self.runs.get(run.session_id) is run:
+                    del self.runs[run.session_id]
+                gcpolicy.after_turn()  # paired with turn_started() above, however the turn ended
+
+    def _forget_stateless(self, session_id: str, adapter: RuntimeAdapter, *, waiting: bool) -> None:
+        """Drop the session's adapter when its turn is over if it keeps no state between turns
+        (:attr:`RuntimeAdapter.keeps_state`) and the session does not wait for a decision: the next
+        turn makes another. Called before the run closes, so no other turn of the session has it."""
+        if not adapter.keeps_state and not waiting and self.adapters.get(session_id) is adapter:
+            del self.adapters[session_id]
 
     @staticmethod
     async def _user_message_saved(saved: asyncio.Future[None] | None, *, raising: bool = True) -> bool:

@@ -149,7 +149,11 @@ def _coerce(raw: Any, fallback_time: float) -> SessionData:
 
 
 CACHED_TRANSCRIPTS = 256
-"""How many parsed transcripts a store keeps (the most recently used)."""
+"""How many parsed transcripts a store keeps at most (the most recently used)."""
+
+CACHED_TRANSCRIPT_BYTES = 16 * 1024 * 1024
+"""At most this many bytes of transcript files are kept parsed (parsed, they take a few times
+more): a few very long sessions cannot make the cache hold hundreds of MB."""
 
 
 class TranscriptStore:
@@ -160,7 +164,9 @@ class TranscriptStore:
         self.directory = directory
         self.home = home if home is not None else directory
         self.archive_directory = directory / "archive"
-        self.parsed: FileMemo[tuple[SessionData, bool]] = FileMemo(max_entries=CACHED_TRANSCRIPTS)
+        self.parsed: FileMemo[tuple[SessionData, bool]] = FileMemo(
+            max_entries=CACHED_TRANSCRIPTS, max_bytes=CACHED_TRANSCRIPT_BYTES
+        )
         """The transcripts as last read or written, parsed (and whether the file is still v1)."""
 
     def path_for(self, session_id: str) -> Path:
