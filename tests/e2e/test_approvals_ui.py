@@ -300,8 +300,10 @@ def test_policy_panel_edits_the_tool_approvals(page: Page, server: Server) -> No
 
 
 def test_a_waiting_chat_survives_a_server_restart(
-    page: Page, tmp_path_factory: pytest.TempPathFactory
+    page: Page, page_errors: PageErrors, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    # the page may try the server while it is down (a stream reconnecting, a poll): expected here
+    page_errors.allow.append("net::ERR_CONNECTION_REFUSED")
     base, port = tmp_path_factory.mktemp("e2e-approvals-restart"), free_port()
     own = start_serve(base, port)
     try:
