@@ -33,6 +33,9 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 _done = False
+_serving: bool | None = None
+"""Whether this process froze at start-up: asked once (``gc.get_freeze_count()`` walks every
+frozen object, several ms in a serving process)."""
 _running = 0
 _quiet_timer: asyncio.TimerHandle | None = None
 _quiet_loop: asyncio.AbstractEventLoop | None = None
@@ -58,7 +61,8 @@ def freeze_what_serving_loaded() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*THRESHOLDS)
-    log.debug("gc: %d objects frozen after the first turn", gc.get_freeze_count())
+    if log.isEnabledFor(logging.DEBUG):  # the count walks every frozen object
+        log.debug("gc: %d objects frozen after the first turn", gc.get_freeze_count())
 
 
 def _glibc_function(name: str) -> Callable[..., int] | None:
@@ -99,9 +103,11 @@ def after_turn() -> None:
     """Call when a turn ended. When no turn runs any more: the first time in a process that froze
     at start-up, freeze what the turns loaded (soon, on the running event loop, so the turn's last
     events go out first); and release memory once the process has stayed quiet."""
-    global _running, _done
+    global _running, _done, _serving
     _running = max(0, _running - 1)
-    if _running or gc.get_freeze_count() == 0:
+    if _serving is None:
+        _serving = gc.get_freeze_count() > 0
+    if _running or not _serving:
         return
     try:
         loop = asyncio.get_running_loop()
