@@ -29,6 +29,7 @@ if str(REPO_SRC) not in sys.path:  # run from a checkout without installing
 from clawlet.api.app import create_app  # noqa: E402
 from clawlet.config import Settings  # noqa: E402
 from clawlet.llm.demo import TITLE_REQUEST_MARKER  # noqa: E402
+from clawlet.serving import uvicorn_options  # noqa: E402
 
 
 class ClawletServer:
@@ -41,7 +42,7 @@ class ClawletServer:
             port=0,
             log_level="warning",
             backlog=4096,  # hundreds of connections may arrive at once
-            timeout_keep_alive=30,
+            **uvicorn_options(),  # what `clawlet serve` runs with
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

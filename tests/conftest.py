@@ -25,6 +25,7 @@ import uvicorn
 from clawlet.api.app import create_app
 from clawlet.config import Settings
 from clawlet.home import init_home
+from clawlet.serving import uvicorn_options
 from tests.support.ast_parse_lock import serialise_ast_parse
 from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
 
@@ -88,7 +89,12 @@ class LiveServer:
         self.port = port or free_port()
         self.app = create_app(settings, demo_token_delay=demo_token_delay)
         config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=3
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            timeout_graceful_shutdown=3,
+            **uvicorn_options(),  # what `clawlet serve` runs with
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

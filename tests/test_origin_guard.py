@@ -23,6 +23,7 @@ from clawlet.api.gateway_ws import build_gateway_app
 from clawlet.config import Settings
 from clawlet.controlplane.frontend import create_cluster_app
 from clawlet.controlplane.server import ControlPlaneConfig, new_jwt_secret
+from clawlet.serving import uvicorn_options
 from tests.conftest import LiveServer, assert_error, free_port
 
 EVIL = "evil.example"
@@ -33,7 +34,9 @@ TOKEN = "s3cret-token"
 def serving(app: ASGIApp, *, lifespan: Literal["auto", "off"] = "auto") -> Iterator[int]:
     """``app`` on a real uvicorn server on 127.0.0.1 (in a thread); yields its port."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan, **uvicorn_options()
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -4,9 +4,10 @@ loop anyway (``uvloop`` insists on uvloop and fails when it is missing).
 
 Every long-running program goes through :func:`run` (the exec plane, each session process, the
 gateway port's shared loop) or passes :func:`uvicorn_loop` to uvicorn (``clawlet serve``, the
-control plane), so one setting governs them all. uvloop's loop costs less CPU per event than
-asyncio's: in cluster mode a turn crosses three event loops (session process, exec plane, control
-plane), and bench/README.md ("uvloop") measures what that saves.
+control plane; through :func:`clawlet.serving.uvicorn_options`), so one setting governs them all.
+uvloop's loop costs less CPU per event than asyncio's: in cluster mode a turn crosses three event
+loops (session process, exec plane, control plane), and bench/README.md ("uvloop") measures what
+that saves.
 """
 
 from __future__ import annotations

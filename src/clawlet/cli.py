@@ -59,6 +59,7 @@ def cmd_serve(settings: Settings) -> int:
     from clawlet.api.app import create_app
     from clawlet.llm.providers import ProviderConfigError, describe_model
     from clawlet.logs import configure_logging
+    from clawlet.serving import uvicorn_options
     from clawlet.tools.sandbox import sandbox_status, startup_warning
 
     if settings.listens_beyond_loopback and not settings.accepted_tokens:
@@ -106,9 +107,9 @@ def cmd_serve(settings: Settings) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        loop=aio.uvicorn_loop(),
         log_config=None,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        **uvicorn_options(),
     )
     return 0
 

@@ -27,6 +27,7 @@ from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.config import Settings
 from clawlet.gateway.asgi import serve_websocket
 from clawlet.gateway.server import GatewayServer
+from clawlet.serving import uvicorn_options
 
 router = APIRouter()
 
@@ -98,6 +99,7 @@ def serve_with_gateway_port(app: FastAPI, settings: Settings, graceful_seconds: 
         port=settings.port,
         log_config=None,
         timeout_graceful_shutdown=graceful_seconds,
+        **uvicorn_options(),
     )
     gateway = uvicorn.Config(
         build_gateway_app(app.state.gateway),
@@ -106,5 +108,6 @@ def serve_with_gateway_port(app: FastAPI, settings: Settings, graceful_seconds: 
         log_config=None,
         lifespan="off",  # the main app's lifespan owns the services and closes the gateway
         timeout_graceful_shutdown=graceful_seconds,
+        **uvicorn_options(),
     )
     aio.run(serve_together([shared_signal_server(main), shared_signal_server(gateway)]))

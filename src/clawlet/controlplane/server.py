@@ -81,7 +81,6 @@ import uvicorn
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketState
 
-from clawlet import aio
 from clawlet.cluster.protocol import (
     AUTH,
     AUTH_TIMEOUT,
@@ -178,6 +177,7 @@ from clawlet.execplane.skill_cache import (
     validate_skill_id,
 )
 from clawlet.memory.embeddings import EmbeddingClient
+from clawlet.serving import uvicorn_options
 from clawlet.skills.scanner import SkillError, skill_summary
 
 log = logging.getLogger(__name__)
@@ -1829,7 +1829,7 @@ def server_config(app: Any, host: str = "127.0.0.1", port: int = 8002, **options
     options.setdefault("ws_max_size", MAX_FRAME_BYTES)
     options.setdefault("ws_ping_interval", 20.0)
     options.setdefault("ws_ping_timeout", 20.0)
-    return uvicorn.Config(app, host=host, port=port, loop=aio.uvicorn_loop(), **options)
+    return uvicorn.Config(app, host=host, port=port, **{**uvicorn_options(), **options})
 
 
 def new_jwt_secret() -> str:

@@ -13,8 +13,9 @@ Streaming answers follow OpenAI's wire format closely: every chunk carries the s
 ``function.name`` and an empty ``arguments`` string, then its arguments JSON arrives in pieces;
 the last choice chunk has ``finish_reason`` ``"stop"`` or ``"tool_calls"``; a usage chunk
 follows when ``stream_options.include_usage`` is true; the stream ends with ``data: [DONE]``.
-``stream: false`` gets an ordinary ``chat.completion`` body. The server runs on the event loop
-``clawlet.aio`` chooses (``CLAWLET_EVENT_LOOP``) and sends every chunk at once (``TCP_NODELAY``).
+``stream: false`` gets an ordinary ``chat.completion`` body. The server runs with the options every
+clawlet server has (``clawlet.serving``: the event loop ``CLAWLET_EVENT_LOOP`` chooses, keep-alive
+longer than its clients') and sends every chunk at once (``TCP_NODELAY``).
 
 Example::
 
@@ -44,7 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from clawlet import aio
+from clawlet.serving import uvicorn_options
 
 __all__ = [
     "Script",
@@ -202,7 +203,7 @@ class ScriptedOpenAIServer:
     def start(self, timeout: float = 20.0) -> ScriptedOpenAIServer:
         if self._thread is not None:
             raise RuntimeError("server already started")
-        loop = aio.uvicorn_loop()  # before the socket: a bad CLAWLET_EVENT_LOOP leaks nothing
+        options = uvicorn_options()  # before the socket: a bad CLAWLET_EVENT_LOOP leaks nothing
         # IPPROTO_TCP (not 0) lets asyncio's transport set TCP_NODELAY on each accepted socket, and
         # the listener's own TCP_NODELAY is inherited by them on Linux: without it, asyncio's loop
         # leaves Nagle's algorithm on, which may hold a small chunk until the last one is ACKed.
@@ -212,7 +213,7 @@ class ScriptedOpenAIServer:
         sock.bind((self.host, self._requested_port))
         self.port = int(sock.getsockname()[1])
         self._socket = sock
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", loop=loop)
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", **options)
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(
