@@ -581,14 +581,13 @@ async def test_a_session_process_that_cannot_start_is_reported_and_tried_again(
 async def test_cancel_ends_a_slow_turn_with_its_partial_text(
     plane: ScriptedControlPlane, make_plane: MakePlane
 ) -> None:
-    exec_plane = await make_plane(delay=0.2)  # the demo reply would take about 8 s
+    exec_plane = await make_plane(delay=2.0)  # the demo reply would take about 80 s
     await plane.start_session("s1")
     await plane.user_message("s1", {"content": "take your time"})
-    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 20)
-    cancelled_at = time.monotonic()
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 60)
     await plane.cancel("s1")
-    (final,) = await wait_finals(plane, "s1", timeout=5)
-    assert time.monotonic() - cancelled_at < 3
+    # the turn ends at once (30 s: any loaded machine), not when its reply would have been done
+    (final,) = await wait_finals(plane, "s1", timeout=30)
     assert final["type"] == "execution_complete" and final["cancelled"] is True
     streamed = "".join(data["content"] for data in events_of(plane, "s1") if data["type"] == "text_chunk")
     assert final["content"] == streamed and streamed.startswith("[demo]")
