@@ -413,7 +413,7 @@ def test_session_refusals_are_the_one_mapping_in_the_inbox_format() -> None:
     from clawlet.events import ApprovalRequested
     from clawlet.inbox.backends import refused
     from clawlet.inbox.models import Task
-    from clawlet.runtime.base import RuntimeError_
+    from clawlet.runtime.base import RuntimeFailure
     from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
 
     task = Task("01TASK", "main", "t", False, "running", 1, 1)
@@ -425,7 +425,7 @@ def test_session_refusals_are_the_one_mapping_in_the_inbox_format() -> None:
         ApprovalDecided("ap1", "approve"),
         ApprovalNotFound("ap9"),
         InvalidDecision("no"),
-        RuntimeError_("gone"),
+        RuntimeFailure("gone"),
     ]
     for exc in refusals:
         outcome = refused(exc, task, "ap1")

@@ -170,7 +170,7 @@ from clawlet.execplane.skill_cache import (
 from clawlet.execplane.tunnel import TunnelServer
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
 from clawlet.runtime.manager import Run, SessionBusy, SessionManager, SessionWaiting
 from clawlet.runtime.openclaw_bridge import (
@@ -246,7 +246,7 @@ def mcp_server_names(value: Any) -> tuple[str, ...]:
 
 
 AdapterFactory = Callable[[SessionSpec], RuntimeAdapter | Awaitable[RuntimeAdapter]]
-"""Builds (does not start) a session's adapter; raising ``RuntimeError_`` (e.g. a runtime that is
+"""Builds (does not start) a session's adapter; raising ``RuntimeFailure`` (e.g. a runtime that is
 not installed here) refuses the session with the error's message."""
 
 
@@ -332,7 +332,7 @@ class SessionRuntime(RuntimeAdapter):
                 if isinstance(event, RunCancelled):
                     raise asyncio.CancelledError("the turn was cancelled")
                 if isinstance(event, RunFailed):
-                    raise RuntimeError_(event.error)
+                    raise RuntimeFailure(event.error)
                 yield event
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
@@ -839,7 +839,7 @@ class ExecPlane:
             runtime = await self._make_runtime(
                 "", self.workspaces.default.engine, session_id, requested, data
             )
-        except RuntimeError_ as exc:
+        except RuntimeFailure as exc:
             refusal = str(exc)
         if session.stopping:  # stopped while its runtime was being created: start nothing
             session.prepared.set()
@@ -878,13 +878,13 @@ class ExecPlane:
     ) -> tuple[_Runtime, bool]:
         """The runtime for a turn of ``session_id`` in ``workspace`` and whether it was made (and
         started) here for the caller: the one its ``start_session`` made, else a new one from
-        ``init``'s defaults. ``RuntimeError_`` when the session was refused."""
+        ``init``'s defaults. ``RuntimeFailure`` when the session was refused."""
         session = self._sessions.get(session_id) if workspace == "" else None
         if session is not None and not session.stopping and session.handled:
             await session.prepared.wait()
             if session.runtime is not None:
                 return session.runtime, False
-            raise RuntimeError_(session.refusal or f"session {session_id} was not started")
+            raise RuntimeFailure(session.refusal or f"session {session_id} was not started")
         requested = runtime_type
         if runtime_type == DEFAULT_RUNTIME_TYPE:  # what a turn asks for unless told otherwise
             requested = str(self.init_defaults().get("runtime_type") or runtime_type)
@@ -905,12 +905,12 @@ class ExecPlane:
         data: Mapping[str, Any],
     ) -> _Runtime:
         """Build (not start) a session's runtime from ``data`` over ``init``'s defaults;
-        ``RuntimeError_`` saying why it cannot be made (the session is refused)."""
+        ``RuntimeFailure`` saying why it cannot be made (the session is refused)."""
         self.apply_init()
         runtime_type = runtime_name(requested)
         refusal = self._refusal(requested, runtime_type)
         if refusal is not None:
-            raise RuntimeError_(refusal)
+            raise RuntimeFailure(refusal)
         data = {**self.init_defaults(), **{key: value for key, value in data.items() if value is not None}}
         try:
             agent_config = data.get("agent_config") or {}
@@ -936,15 +936,17 @@ class ExecPlane:
                 engine=engine,
             )
         except Exception as exc:
-            raise RuntimeError_(f"session {session_id} was not started: {exc}") from exc
+            raise RuntimeFailure(f"session {session_id} was not started: {exc}") from exc
         try:
             made = self.adapter_factories[runtime_type](spec)
             adapter = await made if inspect.isawaitable(made) else made
-        except RuntimeError_ as exc:  # e.g. the runtime is not installed here: say what is missing
-            raise RuntimeError_(f"session {session_id}: {exc}") from exc
+        except RuntimeFailure as exc:  # e.g. the runtime is not installed here: say what is missing
+            raise RuntimeFailure(f"session {session_id}: {exc}") from exc
         except Exception as exc:
             log.exception("could not create the %s runtime for session %s", runtime_type, session_id)
-            raise RuntimeError_(f"session {session_id} was not started: {type(exc).__name__}: {exc}") from exc
+            raise RuntimeFailure(
+                f"session {session_id} was not started: {type(exc).__name__}: {exc}"
+            ) from exc
         context = RunContext(extra_system_prompt=session_prompt(agent_config, block))
         return _Runtime(adapter, runtime_type, model, context)
 

@@ -130,7 +130,7 @@ from clawlet.gateway.protocol import (
     response_ok,
 )
 from clawlet.logs import LOG_RING
-from clawlet.runtime.base import RuntimeError_
+from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
@@ -1731,7 +1731,7 @@ class GatewayServer:
                 except (ApprovalDecided, ApprovalNotFound):
                     self._drop_pending(gateway_run, decided.id)  # decided elsewhere meanwhile
                     continue
-                except (InvalidDecision, RuntimeError_) as exc:
+                except (InvalidDecision, RuntimeFailure) as exc:
                     log.warning("gateway run %s cannot continue: %s", gateway_run.run_id, exc)
                     with contextlib.suppress(Exception):  # told it is over: it waits no more
                         await sessions.cancel(target.session_id)

@@ -35,7 +35,7 @@ class UserMessage:
     resume: Resume | None = None
 
 
-class RuntimeError_(Exception):
+class RuntimeFailure(Exception):
     """A runtime could not be created or started (unknown type, missing dependency)."""
 
 

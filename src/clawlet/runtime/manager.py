@@ -50,7 +50,7 @@ from clawlet.events import (
     render_tool_input,
 )
 from clawlet.runtime.approvals import ApprovalStore, PausedTurn
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 from clawlet.sessions.store import (
     SessionCorrupt,
     SessionNotFound,
@@ -384,7 +384,7 @@ class SessionManager:
             factory = self.adapter_factories.get(config.runtime_type)
             if factory is None:
                 known = ", ".join(sorted(self.adapter_factories))
-                raise RuntimeError_(f"unknown runtime type {config.runtime_type!r} (known: {known})")
+                raise RuntimeFailure(f"unknown runtime type {config.runtime_type!r} (known: {known})")
             adapter = factory()
             await adapter.start(session_id, config)
             self.adapters[session_id] = adapter
@@ -408,7 +408,7 @@ class SessionManager:
         title generated after a session's first exchange. ``context.approval_mode == "ask"`` lets
         the turn pause for approvals (on a runtime that cannot, such tools are denied instead);
         ``context.client_tools`` pause it for the client's results (a runtime that cannot pause
-        raises ``RuntimeError_``).
+        raises ``RuntimeFailure``).
 
         The session is claimed before the first await, so of two simultaneous turns exactly one
         starts; the claim ends when the run is registered (or the start fails)."""
@@ -423,7 +423,7 @@ class SessionManager:
                 if adapter.supports_approvals:
                     pause = self.approvals.pause_point(session_id)
                 elif context.client_tools:
-                    raise RuntimeError_(
+                    raise RuntimeFailure(
                         f"the {config.runtime_type!r} runtime cannot pause a turn for client tools"
                     )
                 else:
@@ -477,7 +477,7 @@ class SessionManager:
                 raise ApprovalNotFound(approval_id)
             adapter = await self._adapter(session_id, RunConfig(runtime_type=paused.runtime_type))
             if not adapter.supports_approvals:
-                raise RuntimeError_(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
+                raise RuntimeFailure(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
             decision = adapter.check_decision(item, decision)
             recorder = SegmentRecorder(self.store, session_id)
             await asyncio.to_thread(recorder.reopen, waiting, item, decision)
