@@ -21,8 +21,8 @@ import pytest
 
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.controlplane.seed_events import seed_event
-from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.compression import SUMMARY_REQUEST_MARKER
+from clawlet.engine.tool_approvals import Decision, InvalidDecision
 from clawlet.events import ApprovalRequested, event_from_json
 from clawlet.execplane.daemon import ExecPlane
 from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter

@@ -16,7 +16,7 @@ from clawlet.config import Settings
 from clawlet.engine.context import RunContext
 from clawlet.llm.images import Image
 from clawlet.llm.response_format import parse_response_format
-from clawlet.runtime.approvals import context_from_json, context_to_json
+from clawlet.runtime.approval_store import context_from_json, context_to_json
 from clawlet.runtime.process_pipe import decode_context, encode_context
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import LiveServer

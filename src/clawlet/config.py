@@ -316,7 +316,7 @@ class RuntimeConfig:
     ``config.json``.
 
     ``tool_approvals`` maps tool names to ``allow``, ``ask`` or ``deny`` (see
-    :mod:`clawlet.engine.approvals`). A named workspace's config has the main home's as ``parent``:
+    :mod:`clawlet.engine.tool_approvals`). A named workspace's config has the main home's as ``parent``:
     the main home's policies apply to every workspace, and a workspace's own entries win."""
 
     def __init__(self, path: Path, parent: RuntimeConfig | None = None) -> None:

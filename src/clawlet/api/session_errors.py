@@ -6,13 +6,13 @@ format. The workbench and the native endpoint raise it as it is, chat completion
 OpenAI's format (:func:`clawlet.api.openai.errors.openai_api_error`), the gateway as an ``ok:false``
 response (``clawlet.gateway.server``), the inbox as a failed task's message
 (``clawlet.inbox.backends``). A pending item in ``details`` has its one JSON shape
-(:func:`~clawlet.engine.approvals.pending_to_json`).
+(:func:`~clawlet.engine.tool_approvals.pending_to_json`).
 """
 
 from __future__ import annotations
 
 from clawlet.api.errors import ApiError
-from clawlet.engine.approvals import InvalidDecision, pending_to_json
+from clawlet.engine.tool_approvals import InvalidDecision, pending_to_json
 from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt

@@ -149,8 +149,8 @@ from clawlet.cluster.protocol import (
 )
 from clawlet.config import Settings
 from clawlet.engine.agent import AgentEngine
-from clawlet.engine.approvals import Decision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending, RunCancelled, RunFailed, RunFinished
 from clawlet.execplane.client import (
     ControlPlaneClient,

@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 from clawlet import aio
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
-from clawlet.engine.approvals import PausePoint
+from clawlet.engine.tool_approvals import PausePoint
 from clawlet.events import (
     Event,
     RunCancelled,

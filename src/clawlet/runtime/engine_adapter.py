@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-from clawlet.engine.approvals import Decision
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 

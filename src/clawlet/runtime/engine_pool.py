@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clawlet.engine.approvals import Decision
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending, event_from_json
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 from clawlet.runtime.process_pipe import LINE_LIMIT, encode_line, encode_message

@@ -7,7 +7,7 @@ starts; each assistant segment is saved as soon as it is complete.
 **Approvals.** A turn started with ``RunContext(approval_mode="ask")`` on a runtime that supports
 approvals may pause before a tool runs: its run then ends with ``RunWaiting`` (after
 ``ApprovalRequested`` / ``QuestionAsked`` events), the session is not busy, and what it waits for
-is kept on disk (:class:`~clawlet.runtime.approvals.ApprovalStore`) so a restarted server lists it
+is kept on disk (:class:`~clawlet.runtime.approval_store.ApprovalStore`) so a restarted server lists it
 (:meth:`SessionManager.waiting_for`) and continues it. :meth:`SessionManager.resume` decides one
 pending item and continues the turn as a new :class:`Run` of the same session, streamed like any
 run (``ToolEnd`` of the decided call first, then the model's answer; it may end waiting again).
@@ -28,9 +28,9 @@ from typing import Any
 
 from clawlet import gcpolicy
 from clawlet.config import Settings
-from clawlet.engine.approvals import Decision, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.titles import GeneratedTitle, generate_title
+from clawlet.engine.tool_approvals import Decision, Resume
 from clawlet.events import (
     ApprovalRequested,
     Event,
@@ -49,7 +49,7 @@ from clawlet.events import (
     merge_text_deltas,
     render_tool_input,
 )
-from clawlet.runtime.approvals import ApprovalStore, PausedTurn
+from clawlet.runtime.approval_store import ApprovalStore, PausedTurn
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 from clawlet.sessions.store import (
     SessionCorrupt,
@@ -461,7 +461,7 @@ class SessionManager:
         """Decide one pending approval or question and continue the paused turn in a new run.
 
         Raises SessionBusy (a run is going on), ApprovalDecided, ApprovalNotFound, and
-        :class:`~clawlet.engine.approvals.InvalidDecision` (checked before anything is saved).
+        :class:`~clawlet.engine.tool_approvals.InvalidDecision` (checked before anything is saved).
         The decision is recorded before the tool runs; the other pending items (if any) stay
         pending and the continuation ends with ``RunWaiting`` again. Claimed at once like
         :meth:`start_turn`: a second decision (or a turn) meanwhile is refused."""

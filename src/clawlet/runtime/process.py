@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from langchain_core.tools import BaseTool
 
 from clawlet.config import Settings
-from clawlet.engine.approvals import Decision, check_decision
+from clawlet.engine.tool_approvals import Decision, check_decision
 from clawlet.events import (
     TERMINAL_EVENTS,
     ApprovalRequested,
@@ -354,7 +354,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
                 turn.grace.cancel()
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
-        """The engine's check (:func:`clawlet.engine.approvals.check_decision`) against the schema
+        """The engine's check (:func:`clawlet.engine.tool_approvals.check_decision`) against the schema
         of the tool the child's engine has under that name."""
         tools = self.spec.base_tools() if self.spec.base_tools is not None else []
         extra = session_tools(self.spec.skills, self.spec.mcp_servers, no_requests)

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from clawlet.cluster.protocol import MAX_FRAME_BYTES
-from clawlet.engine.approvals import Decision, PausePoint, Resume
 from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.tool_approvals import Decision, PausePoint, Resume
 from clawlet.events import Event, NewSegment, TextDelta
 from clawlet.llm.images import Image
 from clawlet.llm.response_format import ResponseFormat

@@ -12,7 +12,7 @@ The record (``approvals/<session>.json``)::
                         "approvals": [<pending item>, ...], "paused_at": <unix time>},
      "decided": [{"approval_id", "decision", "decided_at"}, ...]}   # newest last, at most 200
 
-A pending item is :func:`~clawlet.engine.approvals.pending_to_json`'s shape. An id in ``decided``
+A pending item is :func:`~clawlet.engine.tool_approvals.pending_to_json`'s shape. An id in ``decided``
 is never pending again: a decision is recorded before its tool runs, so a crash in the middle can
 leave a run that cannot continue, never a tool that runs twice. Writes are atomic.
 """
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_json
 from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import PausePoint, pending_from_json, pending_to_json
 from clawlet.events import Pending
 from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import Sampling
