@@ -39,6 +39,7 @@ from langgraph.types import Command
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
 from clawlet.engine import tracing
+from clawlet.engine.checkpointer import LocalCheckpointer
 from clawlet.engine.client_tool_middleware import ClientToolMiddleware
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.masking import SecretMaskMiddleware
@@ -77,7 +78,6 @@ from clawlet.llm.providers import build_chat_model, describe_model
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 from clawlet.memory.index import SearchResult
 from clawlet.memory.stores import KnowledgeBase, MemoryIndex
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.tools.base import ToolError
 from clawlet.tools.mcp import McpTools, config_fingerprint, load_mcp_tools

@@ -13,7 +13,7 @@ decision. The session's short-term memory
 message before the turn and the assistant's reply (also a partial one) before the turn's final
 event goes out. The state of each turn that cannot pause is checkpointed when the turn ends (one
 checkpoint, not one per LangGraph step: per-step checkpoints cost about 20 ms of CPU per turn and
-nothing resumes a turn from them) by :class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under
+nothing resumes a turn from them) by :class:`~clawlet.engine.checkpointer.LocalCheckpointer` under
 ``<session dir>/checkpoints/``: the agent graph gets the saver and a thread per turn, and older
 turns' threads are deleted when a turn ends, so the newest checkpoint is always the last turn's
 state (what the snapshot sync sends); a
@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from clawlet import aio
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
+from clawlet.engine.checkpointer import LocalCheckpointer
 from clawlet.engine.tool_approvals import PausePoint
 from clawlet.events import (
     Event,
@@ -51,7 +52,6 @@ from clawlet.events import (
 )
 from clawlet.execplane.session_memory import SessionMemory
 from clawlet.runtime.base import UserMessage
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.runtime.process_pipe import (
     CHECKPOINTS_DIR,

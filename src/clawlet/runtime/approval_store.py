@@ -211,7 +211,7 @@ class ApprovalStore:
         return left
 
     def _delete_checkpoints(self, session_id: str) -> None:
-        from clawlet.runtime.checkpointer import LocalCheckpointer  # LangGraph: not at server start
+        from clawlet.engine.checkpointer import LocalCheckpointer  # LangGraph: not at server start
 
         LocalCheckpointer(self.checkpoints).delete_thread(session_id)
 

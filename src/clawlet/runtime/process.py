@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from langchain_core.tools import BaseTool
 
 from clawlet.config import Settings
+from clawlet.engine.checkpointer import LocalCheckpointer
 from clawlet.engine.tool_approvals import Decision, check_decision
 from clawlet.events import (
     TERMINAL_EVENTS,
@@ -61,7 +62,6 @@ from clawlet.events import (
 from clawlet.execplane.session_child import CHILD_MODULE, no_requests, session_tools
 from clawlet.execplane.session_memory import SessionMemory
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.process_pipe import (
     CHECKPOINTS_DIR,
     DEFAULT_HEARTBEAT_INTERVAL,
