@@ -253,6 +253,11 @@ class Settings(BaseSettings):
         return HomePaths(self.home.expanduser().resolve())
 
 
+# The most characters of one home file (AGENTS.md, SOUL.md, MEMORY.md, ...) the system prompt takes;
+# save_memory refuses a fact that would grow MEMORY.md past it.
+MAX_COMPONENT_CHARS = 20_000
+
+
 @dataclass(frozen=True)
 class HomePaths:
     """Where everything lives under the clawlet home."""
