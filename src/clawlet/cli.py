@@ -34,9 +34,6 @@ from clawlet.home import init_home
 from clawlet.secret_env import move_secrets_to_memory, receive_secrets
 
 DEMO_TOKEN_DELAY = 0.02
-# On SIGTERM / Ctrl+C, open streams get this long to finish; then they are closed and running
-# turns are cancelled (their partial output is saved) instead of keeping the process alive.
-GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
 def cmd_init(settings: Settings) -> int:
@@ -59,7 +56,7 @@ def cmd_serve(settings: Settings) -> int:
     from clawlet.api.app import create_app
     from clawlet.llm.providers import ProviderConfigError, describe_model
     from clawlet.logs import configure_logging
-    from clawlet.serving import uvicorn_options
+    from clawlet.serving import GRACEFUL_SHUTDOWN_SECONDS, uvicorn_options
     from clawlet.tools.sandbox import sandbox_status, startup_warning
 
     if settings.listens_beyond_loopback and not settings.accepted_tokens:
