@@ -50,7 +50,8 @@ def cmd_serve(settings: Settings) -> int:
     """Serve the home. Before it answers ``/health/ready`` the server imports only what the app and its
     routes need: LangChain, LangGraph, the model SDKs, numpy, jsonschema and httpx (about a second
     and 40 MB) are imported by the first request that uses them (a workspace's engine is built on
-    first use, :class:`clawlet.services.EngineHandle`; ``tests/test_startup_imports.py`` guards it)."""
+    first use, :class:`clawlet.runtime.engine_adapter.EngineHandle`; ``tests/test_startup_imports.py``
+    guards it)."""
     import uvicorn
 
     from clawlet.api.app import create_app

@@ -171,6 +171,7 @@ from clawlet.execplane.tunnel import TunnelServer
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
+from clawlet.runtime.engine_adapter import EngineHandle
 from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
 from clawlet.runtime.manager import Run, SessionBusy, SessionManager, SessionWaiting
 from clawlet.runtime.openclaw_bridge import (
@@ -181,7 +182,7 @@ from clawlet.runtime.openclaw_bridge import (
 )
 from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
 from clawlet.runtime.process_pipe import RequestHandler, SkillRef
-from clawlet.services import EngineHandle, Workspaces
+from clawlet.services import Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id
 
 log = logging.getLogger(__name__)

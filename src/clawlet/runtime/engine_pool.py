@@ -25,16 +25,14 @@ import logging
 import sys
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending, event_from_json
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+from clawlet.runtime.engine_adapter import EngineHandle
 from clawlet.runtime.process_pipe import LINE_LIMIT, encode_line, encode_message
 from clawlet.secret_env import held_secrets
-
-if TYPE_CHECKING:
-    from clawlet.services import EngineHandle
 
 log = logging.getLogger(__name__)
 
