@@ -6,7 +6,7 @@ control plane forwards the user's HTTP requests to it) and runs its lifespan. It
 ``SessionManager`` (one per workspace) keeps every session's one transcript (``home/sessions/``,
 exactly as in local mode) and its paused turns, and runs every turn: an API request's and a seed
 frame's alike. Its runtimes are :class:`SessionRuntime`: ``engine`` (the default) runs in a session
-process (:class:`~clawlet.runtime.process.ProcessSessionAdapter`, a pure runtime fed each
+process (:class:`~clawlet.execplane.session_process.ProcessSessionAdapter`, a pure runtime fed each
 turn's history, context, pause point and decision), ``openclaw`` on the bridge (below). A session
 the control plane started with ``start_session`` runs on the runtime made from that frame's data;
 any other (one an API request starts) gets one made from ``init``'s optional ``runtime_type``,
@@ -22,7 +22,7 @@ The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
 
 * ``start_session`` picks the runtime from ``runtime_type`` through a factory table: ``engine``
   (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
-  (:class:`~clawlet.runtime.process.ProcessSessionAdapter`); ``openclaw`` runs the session on
+  (:class:`~clawlet.execplane.session_process.ProcessSessionAdapter`); ``openclaw`` runs the session on
   OpenClaw through the Node.js bridge (:class:`~clawlet.runtime.openclaw_bridge.OpenClawBridgeAdapter`,
   below). Any other type is refused with a ``RunFailed`` event and nothing is started (no fallback
   to another runtime); so is an ``openclaw`` session on a machine without Node >= 24.16 and the
@@ -159,6 +159,7 @@ from clawlet.execplane.client import (
     forward_event,
     safe_url,
 )
+from clawlet.execplane.session_process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
 from clawlet.execplane.session_template import SessionTemplate, template_supported
 from clawlet.execplane.skill_cache import (
     SkillIndexEntry,
@@ -180,7 +181,6 @@ from clawlet.runtime.openclaw_bridge import (
     OpenClawBridgeAdapter,
     OpenClawBridgeError,
 )
-from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
 from clawlet.runtime.process_pipe import RequestHandler, SkillRef
 from clawlet.services import Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id

@@ -100,7 +100,7 @@ class EnginePool:
         return worker
 
     async def _spawn(self) -> _Worker:
-        from clawlet.runtime.process import child_environment
+        from clawlet.runtime.process_pipe import child_environment
 
         process = await asyncio.create_subprocess_exec(
             self.python,

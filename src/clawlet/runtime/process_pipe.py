@@ -1,6 +1,7 @@
 """The pipe between a session process (:mod:`clawlet.execplane.session_child`) and its parent
-(:class:`clawlet.runtime.process.ProcessSessionAdapter`): the line format and what both sides
-encode and decode.
+(:class:`clawlet.execplane.session_process.ProcessSessionAdapter`), and between an engine worker and
+the engine pool (:mod:`clawlet.runtime.engine_pool`): the line format, what both sides encode and
+decode, and the environment a child starts with (:func:`child_environment`).
 
 **Pipe protocol** (one JSON object per line)::
 
@@ -45,6 +46,7 @@ from clawlet.engine.context import context_from_json, context_to_json
 from clawlet.engine.tool_approvals import Decision, PausePoint, Resume
 from clawlet.events import Event, NewSegment, TextDelta
 from clawlet.runtime.base import UserMessage
+from clawlet.secret_env import is_secret_name
 
 LINE_LIMIT: Final = MAX_FRAME_BYTES
 """The longest line either side accepts."""
@@ -55,6 +57,16 @@ CHECKPOINTS_DIR: Final = "checkpoints"
 
 RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 """``(method, params) -> result``: how the parent answers a child's request."""
+
+
+def child_environment() -> dict[str, str]:
+    """The parent's environment without any secret (the VM credentials, API keys: its tools could
+    read them; the keys it needs arrive in ``init``), with clawlet importable."""
+    env = {key: value for key, value in os.environ.items() if not is_secret_name(key)}
+    package_root = str(Path(__file__).resolve().parents[2])
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")
+    return env
 
 
 def encode_message(turn_id: str, data: UserMessage) -> dict[str, Any]:

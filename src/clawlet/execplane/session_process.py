@@ -69,10 +69,11 @@ from clawlet.runtime.process_pipe import (
     ReplyText,
     RequestHandler,
     SkillRef,
+    child_environment,
     encode_line,
     encode_message,
 )
-from clawlet.secret_env import held_secrets, is_secret_name
+from clawlet.secret_env import held_secrets
 
 if TYPE_CHECKING:
     from clawlet.execplane.session_template import SessionTemplate
@@ -150,16 +151,6 @@ class ProcessOptions:
     """How long a cancelled turn may take to end before the process is killed."""
     stop_grace: float = 5.0
     """How long ``stop`` waits for the process to exit before killing it."""
-
-
-def child_environment() -> dict[str, str]:
-    """The parent's environment without any secret (the VM credentials, API keys: its tools could
-    read them; the keys it needs arrive in ``init``), with clawlet importable."""
-    env = {key: value for key, value in os.environ.items() if not is_secret_name(key)}
-    package_root = str(Path(__file__).resolve().parents[2])
-    existing = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")
-    return env
 
 
 class ChildProcess(Protocol):
