@@ -1,4 +1,4 @@
-"""The execution plane (clawlet.execplane.daemon, session_child, client; clawlet.runtime.process) against
+"""The execution plane (clawlet.execplane: daemon, session_child, session_process, client) against
 a scripted control plane: real session processes, a real WebSocket on loopback, the offline demo model.
 
 ``openclaw`` sessions run the real Node.js bridge (``bridge/``, needs ``node`` >= 20 and ``npm ci``
@@ -53,9 +53,14 @@ from clawlet.events import (
 from clawlet.execplane.client import ControlPlaneClient, ControlPlaneUnavailable, EventSink, forward_event
 from clawlet.execplane.daemon import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
 from clawlet.execplane.session_child import SessionChild, make_long_term_memory_tool, make_remote_mcp_tool
+from clawlet.execplane.session_process import (
+    ProcessOptions,
+    ProcessSessionAdapter,
+    describe_exit,
+    start_slots,
+)
 from clawlet.home import init_home
 from clawlet.runtime.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
-from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, describe_exit, start_slots
 from clawlet.tools.base import ToolError
 from tests.conftest import LiveServer
 from tests.support.exec_planes import client_for
