@@ -79,7 +79,7 @@ The bridge is configured by this machine: the bridge in ``bridge/`` of this sour
 ``PATH``), the ``openclaw`` CLI (``CLAWLET_OPENCLAW_BIN``, else on ``PATH``), or the
 ``openclaw_options`` given to :class:`ExecPlane`. Before anything is started or created,
 :meth:`~clawlet.runtime.openclaw_bridge.OpenClawBridgeAdapter.preflight` checks them (``node
---version``, as :func:`~clawlet.runtime.openclaw_bridge.openclaw_available` does). From
+--version``, as :func:`~clawlet.runtime.openclaw_bridge.probe_openclaw` does). From
 ``start_session`` the bridge gets ``agent_config`` (``model``, ``provider``, ``base_url``,
 ``system_prompt``; without a ``model`` from the control plane, this machine's own ``CLAWLET_LLM_*``
 model: :func:`openclaw_agent_config`), the skill index entries whose requirements this machine meets, and
