@@ -127,7 +127,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import os
 import signal
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -1199,18 +1198,17 @@ async def run_exec_plane(
     state_dir: Path | str,
     settings: Settings,
     *,
-    environ: Mapping[str, str] | None = None,
     demo_token_delay: float = 0.0,
     stop: asyncio.Event | None = None,
     process_options: ProcessOptions | None = None,
 ) -> int:
-    """The daemon: connect (``USER_ID``, ``VM_TOKEN``, ``VM_TICKET``, ``CONTROL_PLANE_WS``), serve
-    sessions until SIGTERM/SIGINT (or ``stop``), then stop every session and close the connection.
+    """The daemon: connect (``USER_ID``, ``VM_TOKEN``, ``VM_TICKET``, ``CONTROL_PLANE_WS``, read into
+    ``settings``), serve sessions until SIGTERM/SIGINT (or ``stop``), then stop every session and
+    close the connection.
 
     Returns 0 after a requested stop, 1 when the control plane refused this machine for good.
     ``ValueError`` when the environment is incomplete or invalid."""
-    env = os.environ if environ is None else environ
-    client = ControlPlaneClient.from_env(env, state_dir=state_dir)
+    client = ControlPlaneClient.from_settings(settings, state_dir=state_dir)
     plane = ExecPlane(
         client, state_dir, settings, demo_token_delay=demo_token_delay, process_options=process_options
     )
