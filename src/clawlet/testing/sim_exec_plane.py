@@ -55,8 +55,6 @@ from clawlet.cluster.protocol import (
     encode,
     frame_body,
     heartbeat_frame,
-    http_body_frame,
-    http_response_frame,
     parse_frame,
 )
 from clawlet.execplane.client import check_event_encoding, connect_url
@@ -130,15 +128,6 @@ def parse_http_request(frame: Mapping[str, Any]) -> HttpRequest:
     return HttpRequest(
         parsed["id"], parsed["method"], parsed["path"], parsed["query"], headers, frame_body(parsed)
     )
-
-
-def reply_frames(request_id: str, reply: HttpReply) -> list[dict[str, Any]]:
-    """``http_response`` then one ``http_body`` with ``more: false``: what the tunnel sends for
-    ``reply`` (tests compare with it)."""
-    return [
-        dict(http_response_frame(request_id, reply.status, list(reply.headers))),
-        dict(http_body_frame(request_id, 1, reply.body, more=False)),
-    ]
 
 
 _REQUEST: contextvars.ContextVar[HttpRequest] = contextvars.ContextVar("sim_http_request")
