@@ -597,6 +597,7 @@ class ControlPlaneClient(SocketClient):
         try:
             await conn.send(frame)
         except Exception:
+            log.debug("could not send a %s frame", frame.get("type"), exc_info=True)
             return False
         return True
 

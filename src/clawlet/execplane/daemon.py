@@ -169,6 +169,7 @@ from clawlet.execplane.skill_cache import (
 from clawlet.execplane.tunnel import TunnelServer
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
+from clawlet.logs import swallowed
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
 from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
 from clawlet.runtime.manager import Run, SessionBusy, SessionManager, SessionWaiting
@@ -307,7 +308,7 @@ class SessionRuntime(RuntimeAdapter):
         """Find or make the runtime; a failure is the first turn's ``RunFailed`` (not an error of
         the request that started the turn)."""
         self.session_id, self.config = session_id, config
-        with contextlib.suppress(Exception):
+        with swallowed(log, "session %s: its runtime could not be made yet", session_id):
             await self._resolve()
 
     async def _resolve(self) -> _Runtime:

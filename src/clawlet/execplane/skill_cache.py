@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clawlet.logs import swallowed
 from clawlet.paths import UnsafePath, resolve_inside
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
 from clawlet.skills.prompt import SkillListing, render_available_skills
@@ -544,7 +545,7 @@ async def _run_to_completion(func: Callable[[], T]) -> T:
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        with suppress(Exception):
+        with swallowed(log, "a shared skill load failed after its waiter was cancelled"):
             await task
         raise
 

@@ -82,6 +82,7 @@ from clawlet.events import (
     ToolEnd,
     ToolStart,
 )
+from clawlet.logs import swallowed
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
 
 log = logging.getLogger(__name__)
@@ -489,11 +490,11 @@ class _BridgeProcess:
     async def close(self, remove_directory: bool) -> None:
         if self.writer is not None:
             self.writer.close()
-            with contextlib.suppress(Exception):
+            with swallowed(log, "closing the bridge socket failed"):
                 await self.writer.wait_closed()
         if self.server is not None:
             self.server.close()
-            with contextlib.suppress(Exception):
+            with swallowed(log, "closing the bridge server failed"):
                 await self.server.wait_closed()
         if remove_directory:
             await asyncio.to_thread(shutil.rmtree, self.directory, True)
@@ -751,7 +752,7 @@ class OpenClawBridgeAdapter(RuntimeAdapter):
             bridge.gone = True
             bridge.kill_group()
             if bridge.process is not None:
-                with contextlib.suppress(Exception):
+                with swallowed(log, "the killed bridge process did not end"):
                     await asyncio.wait_for(bridge.process.wait(), 5)
             if bridge.reader_task is not None:
                 bridge.reader_task.cancel()

@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import inspect
 import json
+import logging
 import random
 import time
 import uuid
@@ -59,6 +60,9 @@ from clawlet.cluster.protocol import (
 )
 from clawlet.execplane.client import check_event_encoding, connect_url
 from clawlet.execplane.tunnel import TunnelServer
+from clawlet.logs import swallowed
+
+log = logging.getLogger(__name__)
 
 SIMULATED_HEADER: Final = "x-clawlet-simulated-exec-plane"
 """Header of :func:`default_handler`'s answers: the user id of the plane that answered."""
@@ -194,7 +198,7 @@ class SimExecPlane:
         except ConnectionClosed as exc:
             raise SimRefused(f"{self.user_id}: closed before init ({exc.rcvd})") from None
         except BaseException:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "%s: closing the socket failed", self.user_id):
                 await ws.close()
             raise
         self._ws = ws
@@ -212,7 +216,7 @@ class SimExecPlane:
         if self._tunnel is not None:
             await self._tunnel.aclose()
         if self._ws is not None:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "%s: closing the socket failed", self.user_id):
                 await self._ws.close()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._closed.set()
