@@ -458,7 +458,7 @@ def test_serve_refuses_a_bad_redis_url_at_startup(
     from clawlet.controlplane.cli import build_config, serve
 
     monkeypatch.setenv("CLAWLET_REDIS_URL", "redis://127.0.0.1:6379/0")
-    assert build_config(tmp_path / "cp").redis_url == "redis://127.0.0.1:6379/0"
+    assert build_config(Settings(), tmp_path / "cp").redis_url == "redis://127.0.0.1:6379/0"
     monkeypatch.setenv("CLAWLET_REDIS_URL", "htp://admin:s3cr3t-pw@redis:6379")
     assert serve(Settings(), tmp_path / "cp", "127.0.0.1", 1, None) == 2
     err = capsys.readouterr().err

@@ -237,7 +237,7 @@ def test_a_failed_write_leaves_the_previous_state(tmp_path: Path, monkeypatch: p
     (first,) = _put_chain(saver, "t", 1)
     before = sorted(p.name for p in tmp_path.rglob("*"))
 
-    def crash(src: Any, dst: Any, **dir_fds: Any) -> None:  # atomic writes rename relative to a dir fd
+    def crash(src: Any, _dst: Any, **_dir_fds: Any) -> None:  # atomic writes rename relative to a dir fd
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", crash)

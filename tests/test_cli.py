@@ -164,3 +164,13 @@ def test_version_and_usage(clawlet_home: Path, capsys: pytest.CaptureFixture[str
         main([])
     assert info.value.code == 2
     assert "usage: clawlet" in capsys.readouterr().err
+
+
+def test_exec_plane_names_the_settings_it_lacks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("VM_TOKEN", "VM_TICKET", "CONTROL_PLANE_WS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("USER_ID", "u1")
+    assert main(["exec-plane"]) == 2
+    assert "missing: VM_TOKEN, CONTROL_PLANE_WS" in capsys.readouterr().err

@@ -37,6 +37,7 @@ from clawlet.cluster.protocol import (
     response_frame,
     still_pending,
 )
+from clawlet.config import Settings
 from clawlet.controlplane.auth import TicketStore
 from clawlet.execplane.client import (
     ControlPlaneClient,
@@ -46,6 +47,7 @@ from clawlet.execplane.client import (
     RequestLost,
     RequestTimeout,
     connect_url,
+    missing_vm_settings,
     safe_url,
 )
 from clawlet.execplane.offline import USAGE_QUEUE_FILE, DiskQueue, ReplayBuffer
@@ -823,20 +825,28 @@ def test_redact_frame() -> None:
     assert init["data"]["api_keys"] == {"openai": "sk-1"}  # the original is untouched
 
 
-def test_from_env(tmp_path: Path) -> None:
+def test_from_settings_reads_the_seeds_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = {
         "USER_ID": "u1",
         "VM_TOKEN": "jwt",
         "VM_TICKET": "tkt",
         "CONTROL_PLANE_WS": "wss://cp.example/ws/vm",
     }
-    client = ControlPlaneClient.from_env(env, state_dir=tmp_path, request_timeout=5)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    assert missing_vm_settings(settings) == []
+    assert not {"jwt", "tkt"} & set(map(str, settings.model_dump(mode="json").values()))  # not for children
+    client = ControlPlaneClient.from_settings(settings, state_dir=tmp_path, request_timeout=5)
     assert (client.url, client.user_id, client.request_timeout) == ("wss://cp.example/ws/vm", "u1", 5)
-    assert "jwt" not in repr(client)
-    restarted = ControlPlaneClient.from_env({**env, "VM_TICKET": ""}, state_dir=tmp_path)
+    assert client._ticket == "tkt" and "jwt" not in repr(client)
+    monkeypatch.setenv("VM_TICKET", "")
+    restarted = ControlPlaneClient.from_settings(Settings(), state_dir=tmp_path)
     assert restarted._ticket is None
+    for name in ("VM_TOKEN", "CONTROL_PLANE_WS"):
+        monkeypatch.delenv(name)
     with pytest.raises(ValueError, match="VM_TOKEN, CONTROL_PLANE_WS"):
-        ControlPlaneClient.from_env({"USER_ID": "u1"}, state_dir=tmp_path)
+        ControlPlaneClient.from_settings(Settings(), state_dir=tmp_path)
 
 
 def test_urls() -> None:

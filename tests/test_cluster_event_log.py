@@ -30,6 +30,7 @@ from clawlet.cluster.protocol import (
     resume_frame,
     sse_event_frame,
 )
+from clawlet.config import Settings
 from clawlet.controlplane.cli import ENV_EVENT_LOG_MAX_AGE_DAYS, ENV_EVENT_LOG_MAX_EVENTS, build_config
 from clawlet.controlplane.db import ControlPlaneStore, now_ms
 from clawlet.controlplane.event_log import (
@@ -278,16 +279,38 @@ def test_retention_keeps_the_newest_events_and_drops_idle_sessions(log: EventLog
 
 
 def test_retention_is_set_by_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    default = build_config(tmp_path / "cp")
+    default = build_config(Settings(), tmp_path / "cp")
     assert (default.event_log_max_events, default.event_log_max_age) == (10_000, 30 * 24 * 3600)
     monkeypatch.setenv(ENV_EVENT_LOG_MAX_EVENTS, "500")
     monkeypatch.setenv(ENV_EVENT_LOG_MAX_AGE_DAYS, "0.5")
-    config = build_config(tmp_path / "cp")
+    config = build_config(Settings(), tmp_path / "cp")
     assert (config.event_log_max_events, config.event_log_max_age) == (500, 12 * 3600)
     for bad in ("0", "-3", "lots", "inf", "nan"):
         monkeypatch.setenv(ENV_EVENT_LOG_MAX_EVENTS, bad)
         with pytest.raises(SystemExit, match=f"{ENV_EVENT_LOG_MAX_EVENTS} must be a positive number"):
-            build_config(tmp_path / "cp")
+            build_config(Settings(), tmp_path / "cp")
+
+
+def test_the_control_plane_is_configured_through_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    default = build_config(Settings(), tmp_path / "cp")
+    assert (default.database_url, default.redis_url) == (None, None)
+    assert (tmp_path / "cp" / "jwt_secret").read_text(encoding="utf-8").strip() == default.jwt_secret
+    secret = "s" * 40
+    database = f"sqlite:///{tmp_path / 'other.db'}"
+    monkeypatch.setenv("CLAWLET_CP_JWT_SECRET", secret)
+    monkeypatch.setenv("CLAWLET_CP_DATABASE_URL", database)
+    monkeypatch.setenv("CLAWLET_REDIS_URL", "redis://127.0.0.1:6379/1")
+    settings = Settings()
+    config = build_config(settings, tmp_path / "cp")
+    assert (config.jwt_secret, config.database_url, config.redis_url) == (
+        secret,
+        database,
+        "redis://127.0.0.1:6379/1",
+    )
+    dumped = settings.model_dump(mode="json")  # what a session process or config.get is given
+    assert secret not in dumped.values() and database not in dumped.values()
 
 
 async def test_the_control_plane_prunes_the_log_periodically(tmp_path: Path) -> None:

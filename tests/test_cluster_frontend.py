@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from clawlet.config import Settings
 from clawlet.controlplane.cli import build_config
 from clawlet.controlplane.server import ControlPlane, resolve_runtime_type
 
 
 @pytest.fixture
 def plane(tmp_path: Path) -> Iterator[ControlPlane]:
-    service = ControlPlane(build_config(tmp_path / "cp"))
+    service = ControlPlane(build_config(Settings(), tmp_path / "cp"))
     try:
         yield service
     finally:
@@ -114,7 +115,7 @@ def test_control_plane_admin_commands(tmp_path: Path) -> None:
     listed = clawlet("control-plane", "--data-dir", data, "users", cwd=tmp_path)
     assert listed.stdout.split("\t")[:3] == ["alice", "", "offline"]
 
-    plane = ControlPlane(build_config(tmp_path / "cp"))
+    plane = ControlPlane(build_config(Settings(), tmp_path / "cp"))
     try:
         assert plane.authenticate_user(token).id == "alice"  # type: ignore[union-attr]
         assert plane.authenticate_user(second).id == "alice"  # type: ignore[union-attr]

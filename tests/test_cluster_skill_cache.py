@@ -30,10 +30,10 @@ from clawlet.execplane.skill_cache import (
     SkillUnavailable,
     available_skills_block,
     check_requirements,
-    files_summary,
     parse_package,
     parse_skill_index,
 )
+from clawlet.skills.scanner import render_snapshot, scan_skills, skill_summary
 
 SKILL_MD_TEXT = (
     "---\nname: pdf\ndescription: 处理 PDF 文件\n---\n\n# PDF 技能\n\n运行 `python scripts/fill.py`。\n"
@@ -231,15 +231,14 @@ def test_check_requirements_accepts_a_raw_seed_entry_and_checks_os() -> None:
 # -- the <available_skills> block --------------------------------------------------------------
 
 
-def test_available_skills_block_matches_the_seeds_format(tmp_path: Path) -> None:
-    scripts = [f"scripts/s{number}.py" for number in range(8)]
+def test_available_skills_block_renders_as_the_local_engine(tmp_path: Path) -> None:
     entries = parse_skill_index(
         [
             {
                 "skill_id": "pdf",
                 "name": "pdf",
                 "description": "处理 PDF 文件（读取、合并、拆分、表单填写等）",
-                "files": ["SKILL.md", "REFERENCE.md", "FORMS.md", *scripts],
+                "files": ["SKILL.md", "REFERENCE.md", "FORMS.md"],
             },
             {
                 "skill_id": "xlsx",
@@ -260,115 +259,50 @@ def test_available_skills_block_matches_the_seeds_format(tmp_path: Path) -> None
     block = available_skills_block(entries, cache_dir, which=fake_which("python3"), environ={})
     assert block == (
         "<available_skills>\n"
-        '  <skill name="pdf" path="/home/user/.clawlet/skills/pdf/">\n'
-        "    处理 PDF 文件（读取、合并、拆分、表单填写等）\n"
-        "    文件: SKILL.md, REFERENCE.md, FORMS.md, scripts/(8个脚本)\n"
+        "  <skill>\n"
+        "    <name>pdf</name>\n"
+        "    <description>处理 PDF 文件（读取、合并、拆分、表单填写等）</description>\n"
+        "    <location>/home/user/.clawlet/skills/pdf/SKILL.md</location>\n"
         "  </skill>\n"
-        '  <skill name="xlsx" path="/home/user/.clawlet/skills/xlsx/">\n'
-        "    处理 Excel 文件（创建、编辑、公式、图表等）\n"
-        "    文件: SKILL.md, scripts/recalc.py\n"
+        "  <skill>\n"
+        "    <name>xlsx</name>\n"
+        "    <description>处理 Excel 文件（创建、编辑、公式、图表等）</description>\n"
+        "    <location>/home/user/.clawlet/skills/xlsx/SKILL.md</location>\n"
         "  </skill>\n"
         "</available_skills>\n"
         "\n"
-        "当任务匹配某个技能时，先用 read_file 工具读取对应的 SKILL.md 获取完整指南。\n"
-        "如需执行技能中的脚本，使用 terminal 工具运行。脚本位于技能目录的 scripts/ 下。\n"
+        "When a task matches a skill, first read its SKILL.md (the full instructions) with the read_file"
+        " tool. Run a skill's scripts (in scripts/ of its directory) with the terminal tool.\n"
     )
     assert "needs-key" not in block
     renamed = available_skills_block(
-        entries[:1], cache_dir, which=fake_which(), environ={}, read_tool="read_skill_file", shell_tool="bash"
+        entries[:1], cache_dir, which=fake_which(), environ={}, read_tool="load_skill", shell_tool="bash"
     )
-    assert "先用 read_skill_file 工具" in renamed and "使用 bash 工具运行" in renamed
+    assert "with the load_skill tool" in renamed and "with the bash tool" in renamed
 
 
-def test_available_skills_block_escapes_and_flattens(tmp_path: Path) -> None:
-    entry = SkillIndexEntry(
-        skill_id="odd",
-        name='a "quoted" <name> & co',
-        description="line one\n  line <two> & 'three'",
-        files=("SKILL.md", "docs/a&b.md", "data/x.csv", "data/y.csv"),
-    )
-    block = available_skills_block([entry], tmp_path / 'dir "x" <y>', which=fake_which(), environ={})
-    lines = block.splitlines()
-    assert lines[1] == (
-        f'  <skill name="a &quot;quoted&quot; &lt;name&gt; &amp; co" '
-        f'path="{tmp_path}/dir &quot;x&quot; &lt;y&gt;/odd/">'
-    )
-    assert lines[2] == "    line one line &lt;two&gt; &amp; 'three'"
-    assert lines[3] == "    文件: SKILL.md, docs/a&amp;b.md, data/(2个文件)"
+def test_local_and_cluster_agents_see_the_same_skills_alike(tmp_path: Path) -> None:
+    """A skill in a local home and the same SKILL.md in a cluster's skill index render the same
+    ``<available_skills>`` block (the cluster's location is its cache directory)."""
+    home = tmp_path / "home"
+    texts = {
+        "pdf": SKILL_MD_TEXT,
+        "odd": '---\ndescription: "a <tricky> & \\"quoted\\" one"\n---\nbody\n',
+    }
+    for folder, text in texts.items():
+        (home / "skills" / folder).mkdir(parents=True)
+        (home / "skills" / folder / "SKILL.md").write_text(text, encoding="utf-8")
+    local = render_snapshot(scan_skills(home).skills)
+    index = [{"skill_id": folder, **skill_summary(text, folder)} for folder, text in sorted(texts.items())]
+    cluster = available_skills_block(parse_skill_index(index).entries, Path("skills"), environ={})
+    assert "&lt;tricky&gt; &amp;" in local
+    assert cluster.startswith(local + "\n")
 
 
 def test_available_skills_block_is_empty_without_available_skills(tmp_path: Path) -> None:
     entry = SkillIndexEntry("pdf", "pdf", requires=SkillRequirements(bins=("nope",)))
     assert available_skills_block([entry], tmp_path, which=fake_which(), environ={}) == ""
     assert available_skills_block([], tmp_path) == ""
-
-
-def test_files_summary() -> None:
-    assert files_summary([]) == "SKILL.md"
-    assert (
-        files_summary(["scripts/a.py", "REFERENCE.md", "SKILL.md"]) == "SKILL.md, REFERENCE.md, scripts/a.py"
-    )
-    assert files_summary(["scripts/a.py", "scripts/b/c.sh", "scripts/a.py"]) == "SKILL.md, scripts/(2个脚本)"
-
-
-# -- the package cache: hits and misses --------------------------------------------------------
-
-
-async def test_miss_fetches_and_writes_the_whole_package_then_hits(tmp_path: Path) -> None:
-    fetch = Fetcher()
-    cache = SkillPackageCache(tmp_path / "skills", fetch)
-    assert not cache.is_cached("pdf")
-    skill_dir = await cache.load("pdf")
-    assert skill_dir == tmp_path / "skills" / "pdf"
-    assert fetch.calls == [("pdf", "latest")]
-    assert (skill_dir / "SKILL.md").read_text(encoding="utf-8") == SKILL_MD_TEXT
-    assert (skill_dir / "REFERENCE.md").read_text(encoding="utf-8") == "参考资料\n"
-    assert (skill_dir / "scripts" / "fill.py").read_text(encoding="utf-8") == "print('填写表单')\n"
-    assert (skill_dir / "scripts" / "tools" / "helper.bin").read_bytes() == BINARY
-    assert sorted(p.relative_to(skill_dir).as_posix() for p in skill_dir.rglob("*") if p.is_file()) == [
-        ".clawlet-skill.json",
-        "REFERENCE.md",
-        "SKILL.md",
-        "scripts/fill.py",
-        "scripts/tools/helper.bin",
-    ]
-    assert cache.read_skill_md("pdf") == SKILL_MD_TEXT
-    assert cache.cached_version("pdf") == "latest"
-    assert cache_entries(tmp_path / "skills") == ["pdf"]  # no temp directories left
-
-    assert await cache.load("pdf") == skill_dir
-    other = SkillPackageCache(tmp_path / "skills", fetch)  # another session sharing the cache
-    assert await other.load("pdf") == skill_dir
-    assert fetch.calls == [("pdf", "latest")]
-
-
-async def test_top_level_files_shape_and_wrapped_base64(tmp_path: Path) -> None:
-    raw = base64.encodebytes(BINARY).decode()  # MIME style: a newline every 76 characters
-    assert "\n" in raw
-    answer = {
-        "files": [
-            {"path": "SKILL.md", "content": "技能"},  # encoding defaults to UTF-8
-            {"path": "bin/data", "content": raw, "encoding": "base64"},
-            {"path": "empty.txt", "content": ""},
-        ]
-    }
-    fetch = Fetcher({"latest": answer})
-    skill_dir = await SkillPackageCache(tmp_path, fetch).load("raw")
-    assert (skill_dir / "bin" / "data").read_bytes() == BINARY
-    assert (skill_dir / "SKILL.md").read_text(encoding="utf-8") == "技能"
-    assert (skill_dir / "empty.txt").read_bytes() == b""
-
-
-async def test_a_directory_without_skill_md_is_a_miss_and_gets_replaced(tmp_path: Path) -> None:
-    # e.g. what a non-atomic writer leaves behind when it dies half-way
-    half = tmp_path / "pdf"
-    (half / "scripts").mkdir(parents=True)
-    (half / "scripts" / "fill.py").write_text("half", encoding="utf-8")
-    fetch = Fetcher()
-    skill_dir = await SkillPackageCache(tmp_path, fetch).load("pdf")
-    assert len(fetch.calls) == 1
-    assert (skill_dir / "scripts" / "fill.py").read_text(encoding="utf-8") == "print('填写表单')\n"
-    assert cache_entries(tmp_path) == ["pdf"]
 
 
 def test_read_skill_md_of_an_uncached_skill(tmp_path: Path) -> None:

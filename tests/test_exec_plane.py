@@ -817,7 +817,7 @@ async def test_load_skill_requests_fill_the_shared_cache_inside_the_home(
     await until(lambda: "s1" in exec_plane.session_pids())
     context = exec_plane.session_context("s1")
     assert context is not None
-    assert '<skill name="pdf"' in context.extra_system_prompt and "load_skill" in context.extra_system_prompt
+    assert "<name>pdf</name>" in context.extra_system_prompt and "load_skill" in context.extra_system_prompt
     assert "gone" not in context.extra_system_prompt  # its requirements are not met here
 
     adapter = exec_plane.adapter("s1")

@@ -49,7 +49,7 @@ from clawlet.runtime.openclaw_bridge import (
     TurnEnd,
     TurnError,
     default_bridge_dir,
-    openclaw_available,
+    find_node,
     probe_openclaw,
     translate_bridge_event,
 )
@@ -186,31 +186,50 @@ def fake_openclaw(root: Path, version: str) -> Path:
     return root
 
 
-def test_openclaw_available_explains_what_is_missing(tmp_path: Path) -> None:
+def test_probe_openclaw_explains_what_is_missing(tmp_path: Path) -> None:
     bridge = fake_bridge(tmp_path / "bridge")
     old_node = str(fake_executable(tmp_path / "node20", "v20.20.2"))
     new_node = str(fake_executable(tmp_path / "node24", "v24.21.0"))
     real = fake_openclaw(tmp_path / "openclaw", "2026.9.6")
     placeholder = fake_openclaw(tmp_path / "placeholder", "0.0.1")
 
-    ok, reason = openclaw_available(node=old_node, openclaw_bin=str(real), bridge_dir=bridge)
-    assert not ok and "Node v20.20.2" in reason and ">=24.16.0" in reason
-    ok, reason = openclaw_available(node=new_node, openclaw_bin=str(tmp_path / "nope"), bridge_dir=bridge)
-    assert not ok and "openclaw CLI is missing" in reason and "CLAWLET_OPENCLAW_BIN" in reason
-    ok, reason = openclaw_available(node=new_node, openclaw_bin=str(placeholder), bridge_dir=bridge)
-    assert not ok and "placeholder" in reason
-    ok, reason = openclaw_available(node=str(tmp_path / "no-node"), openclaw_bin=str(real), bridge_dir=bridge)
-    assert not ok and "Node.js >= 24.16 is required" in reason
-    ok, reason = openclaw_available(node=new_node, openclaw_bin=str(real), bridge_dir=tmp_path / "empty")
-    assert not ok and "bridge is missing" in reason
+    found = probe_openclaw(node=old_node, openclaw_bin=str(real), bridge_dir=bridge)
+    assert not found.available and "Node v20.20.2" in found.reason and ">=24.16.0" in found.reason
+    found = probe_openclaw(node=new_node, openclaw_bin=str(tmp_path / "nope"), bridge_dir=bridge)
+    assert (
+        not found.available
+        and "openclaw CLI is missing" in found.reason
+        and "CLAWLET_OPENCLAW_BIN" in found.reason
+    )
+    found = probe_openclaw(node=new_node, openclaw_bin=str(placeholder), bridge_dir=bridge)
+    assert not found.available and "placeholder" in found.reason
+    found = probe_openclaw(node=str(tmp_path / "no-node"), openclaw_bin=str(real), bridge_dir=bridge)
+    assert not found.available and "Node.js >= 24.16 is required" in found.reason
+    found = probe_openclaw(node=new_node, openclaw_bin=str(real), bridge_dir=tmp_path / "empty")
+    assert not found.available and "bridge is missing" in found.reason
     (bridge / "node_modules" / "ws" / "package.json").unlink()
-    ok, reason = openclaw_available(node=new_node, openclaw_bin=str(real), bridge_dir=bridge)
-    assert not ok and "npm ci" in reason
+    found = probe_openclaw(node=new_node, openclaw_bin=str(real), bridge_dir=bridge)
+    assert not found.available and "npm ci" in found.reason
     fake_bridge(tmp_path / "bridge2")
     probe = probe_openclaw(
         node=new_node, openclaw_bin=str(real / "openclaw.mjs"), bridge_dir=tmp_path / "bridge2"
     )
     assert probe.available and probe.openclaw_version == "2026.9.6" and probe.node_version == "v24.21.0"
+
+
+def test_find_node_takes_the_argument_then_the_environment_then_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given = fake_executable(tmp_path / "given", "v24.21.0")
+    configured = fake_executable(tmp_path / "configured", "v24.21.0")
+    monkeypatch.setenv("CLAWLET_OPENCLAW_NODE", str(configured))
+    assert find_node(str(given)) == given.resolve()
+    assert find_node() == configured.resolve()
+    monkeypatch.setenv("CLAWLET_OPENCLAW_NODE", str(tmp_path / "missing"))
+    assert find_node() is None
+    monkeypatch.delenv("CLAWLET_OPENCLAW_NODE")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    assert find_node() is None
 
 
 async def test_an_unavailable_openclaw_fails_the_session_clearly(tmp_path: Path) -> None:

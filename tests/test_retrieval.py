@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 
 import httpx
 import pytest
 
+from clawlet.api.process import extract_pdf
 from clawlet.config import Settings
 from clawlet.memory.chunking import split_text
 from clawlet.memory.lexical import search_terms
-from clawlet.memory.stores import KnowledgeBase, MemoryIndex
+from clawlet.memory.stores import KnowledgeBase, MemoryIndex, read_document
 from clawlet.tokens import count_tokens
 from clawlet.tools.base import ToolError
 from clawlet.tools.memory import append_fact
@@ -121,6 +123,20 @@ def test_pdf_documents_are_indexed(settings: Settings) -> None:
     results = KnowledgeBase(settings.paths, None).search("flux capacitor")
     assert results and results[0]["source"] == "knowledge/manual.pdf"
     assert "flux capacitor" in results[0]["text"]
+
+
+def test_uploads_and_the_knowledge_base_read_a_pdf_alike(settings: Settings) -> None:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(_minimal_pdf("Page one of the manual"))))
+    writer.add_blank_page(612, 792)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    path = settings.paths.knowledge / "two-pages.pdf"
+    path.write_bytes(buffer.getvalue())
+    uploaded = extract_pdf(buffer.getvalue())
+    assert uploaded.details == {"pages": 2}
+    assert read_document(settings.paths.root, path) == uploaded.text == "Page one of the manual"
 
 
 def test_memory_index_follows_the_file_hash(settings: Settings) -> None:

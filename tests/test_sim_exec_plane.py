@@ -59,7 +59,7 @@ async def test_twenty_simulated_exec_planes_stay_connected_and_get_heartbeats_ac
     try:
         cluster.prepare_users()
         cluster.start_control_plane()
-        plane = ControlPlane(build_config(cluster.cp_dir, cluster.base_url))
+        plane = ControlPlane(build_config(cluster.settings, cluster.cp_dir, cluster.base_url))
         try:
             credentials = [plane.issue_vm_credentials(user) for user in users]
         finally:

@@ -221,14 +221,14 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
         ENV_USER_ID,
         ENV_VM_TICKET,
         ENV_VM_TOKEN,
+        missing_vm_settings,
         safe_url,
     )
     from clawlet.execplane.daemon import run_exec_plane
     from clawlet.logs import configure_logging
-    from clawlet.secret_env import ENVIRON_WITH_SECRETS as environ
 
     names = (ENV_USER_ID, ENV_VM_TOKEN, ENV_VM_TICKET, ENV_CONTROL_PLANE_WS)
-    missing = [name for name in names if name != ENV_VM_TICKET and not environ.get(name, "").strip()]
+    missing = missing_vm_settings(settings)
     if missing:
         print(
             f"error: clawlet exec-plane is configured by the environment variables {', '.join(names)}; "
@@ -236,7 +236,7 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not environ.get(ENV_VM_TICKET, "").strip():
+    if not (settings.vm_ticket or "").strip():
         print(
             f"note: {ENV_VM_TICKET} is not set: connecting with the VM token alone"
             " (as a restarted daemon does)",
@@ -244,13 +244,13 @@ def cmd_exec_plane(settings: Settings, state_dir: str | None) -> int:
         )
     state = Path(state_dir).expanduser() if state_dir else settings.home.expanduser() / "exec-plane"
     print(
-        f"clawlet {__version__} exec-plane · user {environ[ENV_USER_ID].strip()} · control plane "
-        f"{safe_url(environ[ENV_CONTROL_PLANE_WS].strip())} · state {state}",
+        f"clawlet {__version__} exec-plane · user {(settings.vm_user_id or '').strip()} · control plane "
+        f"{safe_url((settings.control_plane_ws or '').strip())} · state {state}",
         flush=True,
     )
     configure_logging(settings.log_format, settings.log_level)
     try:
-        return aio.run(run_exec_plane(state, settings, environ=environ, demo_token_delay=DEMO_TOKEN_DELAY))
+        return aio.run(run_exec_plane(state, settings, demo_token_delay=DEMO_TOKEN_DELAY))
     except ValueError as exc:  # e.g. CONTROL_PLANE_WS is not a ws:// or wss:// URL
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -165,6 +165,25 @@ class Settings(BaseSettings):
     gateway_port: int | None = None
     gateway_tick_interval_ms: int = Field(default=30_000, ge=10)
 
+    # -- cluster mode ----------------------------------------------------------------------------
+    # Read by ``clawlet control-plane`` and ``clawlet exec-plane`` only. ``exclude=True``: never in a
+    # dump of the settings (what a session process or ``config.get`` is given).
+    #: the control plane's VM-token signing secret; default: ``<data dir>/jwt_secret``
+    cp_jwt_secret: str | None = Field(default=None, exclude=True)
+    #: the control plane's database; default: ``sqlite:///<data dir>/controlplane.db``
+    cp_database_url: str | None = Field(default=None, exclude=True)
+    #: the broker shared by control-plane instances (``redis://…``); default: in-process
+    redis_url: str | None = Field(default=None, exclude=True)
+    #: events the control plane's log keeps per session (checked by ``clawlet control-plane``)
+    cp_event_log_max_events: str | None = None
+    #: days after a session's last event that the control plane drops its events (checked there too)
+    cp_event_log_max_age_days: str | None = None
+    #: the execution plane's user, VM token, one-time ticket and control plane (seed §5's names)
+    vm_user_id: str | None = Field(default=None, validation_alias="USER_ID", exclude=True)
+    vm_token: str | None = Field(default=None, validation_alias="VM_TOKEN", exclude=True)
+    vm_ticket: str | None = Field(default=None, validation_alias="VM_TICKET", exclude=True)
+    control_plane_ws: str | None = Field(default=None, validation_alias="CONTROL_PLANE_WS", exclude=True)
+
     @classmethod
     def settings_customise_sources(
         cls,

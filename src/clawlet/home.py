@@ -51,7 +51,3 @@ def init_home(paths: HomePaths) -> list[Path]:
     remove_stale_temp_files(paths.root, recursive=True)
     refresh_snapshot(paths.root)
     return created
-
-
-def home_is_initialised(root: Path) -> bool:
-    return (root / "workspace" / "SOUL.md").is_file()

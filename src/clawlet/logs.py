@@ -9,6 +9,7 @@ request with its status and duration, and makes the id available to every log li
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -18,6 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +145,16 @@ class LogRing(logging.Handler):
 
 
 LOG_RING = LogRing()
+
+
+@contextlib.contextmanager
+def swallowed(log: logging.Logger, message: str, *args: object, level: int = logging.DEBUG) -> Iterator[None]:
+    """Like ``contextlib.suppress(Exception)``, but the failure is logged at ``level`` with its
+    traceback (``message % args`` says what failed): the one way to let a best-effort step fail."""
+    try:
+        yield
+    except Exception:
+        log.log(level, message, *args, exc_info=True)
 
 
 def configure_logging(log_format: str = "json", level: str = "INFO") -> None:

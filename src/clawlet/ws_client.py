@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketException
 
+from clawlet.logs import swallowed
+
 log = logging.getLogger(__name__)
 #: websockets logs frames and the opening request at DEBUG (an auth frame or a URL may hold a
 #: secret); its logger for these connections never goes below INFO.
@@ -244,7 +246,7 @@ class Connection(Wire, Generic[S]):
         self.drop_reason = why
         self._dropping.add(asyncio.current_task())  # the loss does not cancel the task closing
         log.warning("%s; dropping the connection", why)
-        with contextlib.suppress(Exception):
+        with swallowed(log, "closing the dropped connection failed"):
             await self.ws.close(code, reason)
 
 
@@ -370,7 +372,7 @@ class ReconnectingSocket(Generic[S]):
         try:
             return await asyncio.wait_for(self._handshake(Wire(self, ws)), self.limits.open_timeout)
         except BaseException as exc:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "closing the socket after a failed handshake failed"):
                 await ws.close()
             if isinstance(exc, TimeoutError):
                 within = f"within {self.limits.open_timeout:g}s"
@@ -530,7 +532,7 @@ class ReconnectingSocket(Generic[S]):
 
     async def _shutdown(self, conn: Connection[S]) -> None:
         self._lost(conn, "client closed")
-        with contextlib.suppress(Exception):
+        with swallowed(log, "closing the connection failed"):
             await conn.ws.close()
         tasks = [t for t in (conn.reader, *conn.tasks) if t is not None and t is not asyncio.current_task()]
         for task in tasks:

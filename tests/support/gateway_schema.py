@@ -62,8 +62,6 @@ EVENT_PAYLOADS = {
     "agent": "AgentEvent",
     "shutdown": "ShutdownEvent",
 }
-#: The delta schema is v4's (``deltaText`` required); a v3 delta is the same minus that field.
-V3_DELTA_OPTIONAL = ("deltaText",)
 
 
 class SchemaUnavailable(RuntimeError):

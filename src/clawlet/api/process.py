@@ -48,6 +48,7 @@ from fastapi.responses import JSONResponse
 from clawlet.api.deps import ServicesDep
 from clawlet.api.openai.errors import openai_error
 from clawlet.paths import UnsafePath, resolve_inside
+from clawlet.pdf import read_pdf
 from clawlet.storage import atomic_write_bytes, file_lock
 
 log = logging.getLogger(__name__)
@@ -211,16 +212,11 @@ def _mostly_printable(text: str) -> bool:
 
 
 def extract_pdf(data: bytes) -> Extracted:
-    from pypdf import PdfReader
-
     try:
-        reader = PdfReader(io.BytesIO(data))
-        pages = [page.extract_text() or "" for page in reader.pages]
+        found = read_pdf(data)
     except Exception as exc:  # untrusted input: pypdf raises many kinds of error
         raise NoExtractableText(f"the PDF could not be read ({exc})") from exc
-    return Extracted(
-        "\n\n".join(page.strip() for page in pages if page.strip()), "pdf", {"pages": len(pages)}
-    )
+    return Extracted(found.text, "pdf", {"pages": found.pages})
 
 
 def extract_docx(data: bytes) -> Extracted:

@@ -62,11 +62,14 @@ class LocalCluster:
         *,
         base_env: Mapping[str, str] | None = None,
         workdir: Path | None = None,
+        settings: Settings | None = None,
     ) -> None:
         """``base_env``: the processes' environment (default: this process's, with the secrets it
         holds in memory: each process moves them out of its own environment again); ``workdir``:
-        their working directory (default: this process's)."""
+        their working directory (default: this process's); ``settings``: what this process reads the
+        control plane's database with (default: this process's environment)."""
         self.data_dir = data_dir
+        self.settings = settings if settings is not None else Settings()
         self.base_env = dict(ENVIRON_WITH_SECRETS if base_env is None else base_env)
         self.workdir = workdir
         self.users = users
@@ -97,7 +100,7 @@ class LocalCluster:
         from clawlet.controlplane.cli import build_config
         from clawlet.controlplane.server import ControlPlane
 
-        plane = ControlPlane(build_config(self.cp_dir, self.base_url))
+        plane = ControlPlane(build_config(self.settings, self.cp_dir, self.base_url))
         try:
             for user in self.users:
                 if plane.get_user(user) is None:
@@ -132,7 +135,7 @@ class LocalCluster:
         from clawlet.controlplane.cli import build_config
         from clawlet.controlplane.server import ControlPlane
 
-        config = build_config(self.cp_dir, self.base_url)
+        config = build_config(self.settings, self.cp_dir, self.base_url)
         if ticket_ttl is not None:
             config = dataclasses.replace(config, ticket_ttl=ticket_ttl)
         plane = ControlPlane(config)
@@ -246,7 +249,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("error: --users names no user", file=sys.stderr)
         return 2
     data_dir = (Path(args.data_dir) if args.data_dir else settings.home / "cluster").expanduser().resolve()
-    cluster = LocalCluster(data_dir, list(dict.fromkeys(users)), args.port or DEFAULT_PORT)
+    cluster = LocalCluster(data_dir, list(dict.fromkeys(users)), args.port or DEFAULT_PORT, settings=settings)
 
     def terminate(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

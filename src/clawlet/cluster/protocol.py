@@ -106,27 +106,6 @@ HTTP_BODY: Final = "http_body"
 HTTP_CANCEL: Final = "http_cancel"
 HTTP_RESUME: Final = "http_resume"
 
-MessageType = Literal[
-    "auth",
-    "init",
-    "start_session",
-    "stop_session",
-    "request",
-    "response",
-    "fire_and_forget",
-    "sse_event",
-    "user_message",
-    "cancel",
-    "heartbeat",
-    "resume",
-    "resume_response",
-    "error",
-    "http_request",
-    "http_response",
-    "http_body",
-    "http_cancel",
-    "http_resume",
-]
 MESSAGE_TYPES: Final[frozenset[str]] = frozenset(
     {
         AUTH,
@@ -150,12 +129,6 @@ MESSAGE_TYPES: Final[frozenset[str]] = frozenset(
         HTTP_RESUME,
     }
 )
-FROM_EXEC_PLANE: Final[frozenset[str]] = frozenset(
-    {AUTH, REQUEST, FIRE_AND_FORGET, SSE_EVENT, HEARTBEAT, RESUME, HTTP_RESPONSE, HTTP_BODY}
-)
-"""Types the execution plane sends."""
-FROM_CONTROL_PLANE: Final[frozenset[str]] = MESSAGE_TYPES - FROM_EXEC_PLANE
-"""Types the control plane sends."""
 
 # -- request and fire-and-forget methods ---------------------------------------------------------
 
@@ -165,9 +138,6 @@ METHOD_MEMORY_SEARCH: Final = "memory_search"
 """``{query, top_k}`` → a list of long-term memory hits."""
 METHOD_MCP_CALL: Final = "mcp_call"
 """``{server, tool, arguments}`` → the remote MCP tool's result."""
-REQUEST_METHODS: Final[frozenset[str]] = frozenset(
-    {METHOD_GET_SKILL_PACKAGE, METHOD_MEMORY_SEARCH, METHOD_MCP_CALL}
-)
 
 FF_USAGE_REPORT: Final = "usage_report"
 """``{model, tokens_in, tokens_out, …}``"""
@@ -182,9 +152,6 @@ FF_TRANSCRIPT_SYNC: Final = "transcript_sync"
 execution plane keeps it; the control plane's read-only copy while the machine is offline)."""
 MAX_SEQ: Final = 2**63 - 1
 """The largest ``seq`` of an ``sse_event`` (the control plane's event log keeps it as a BIGINT)."""
-FIRE_AND_FORGET_METHODS: Final[frozenset[str]] = frozenset(
-    {FF_USAGE_REPORT, FF_AUDIT_LOG, FF_EVOLUTION_SUBMIT, FF_SNAPSHOT_SYNC, FF_TRANSCRIPT_SYNC}
-)
 
 # -- timing and limits ---------------------------------------------------------------------------
 

@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from clawlet.config import Settings
-from clawlet.controlplane.broker import ENV_REDIS_URL, check_redis_url
-from clawlet.secret_env import ENVIRON_WITH_SECRETS
+from clawlet.controlplane.broker import check_redis_url
 from clawlet.storage import atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` stays quick
@@ -49,8 +48,6 @@ if TYPE_CHECKING:  # the control plane's modules load on use: `clawlet --help` s
     from clawlet.controlplane.server import ControlPlane, ControlPlaneConfig
 
 DEFAULT_PORT: Final = 8100
-ENV_JWT_SECRET: Final = "CLAWLET_CP_JWT_SECRET"  # noqa: S105 (a variable name)
-ENV_DATABASE_URL: Final = "CLAWLET_CP_DATABASE_URL"
 ENV_EVENT_LOG_MAX_EVENTS: Final = "CLAWLET_CP_EVENT_LOG_MAX_EVENTS"
 ENV_EVENT_LOG_MAX_AGE_DAYS: Final = "CLAWLET_CP_EVENT_LOG_MAX_AGE_DAYS"
 SECRET_FILE: Final = "jwt_secret"  # noqa: S105 (a file name)
@@ -61,11 +58,11 @@ def default_data_dir(settings: Settings) -> Path:
     return settings.home.expanduser() / "control-plane"
 
 
-def jwt_secret(data_dir: Path) -> str:
+def jwt_secret(settings: Settings, data_dir: Path) -> str:
     """``CLAWLET_CP_JWT_SECRET``, else the data directory's secret (created on first use, 0600)."""
-    from_env = ENVIRON_WITH_SECRETS.get(ENV_JWT_SECRET, "").strip()
-    if from_env:
-        return from_env
+    configured = (settings.cp_jwt_secret or "").strip()
+    if configured:
+        return configured
     from clawlet.controlplane.server import new_jwt_secret
 
     path = data_dir / SECRET_FILE
@@ -85,34 +82,35 @@ def recorded_public_url(data_dir: Path) -> str | None:
     return url if isinstance(url, str) and url else None
 
 
-def build_config(data_dir: Path, public_url: str | None = None) -> ControlPlaneConfig:
-    """The control plane's config for ``data_dir`` (``public_url``: else the one ``serve`` recorded)."""
+def build_config(settings: Settings, data_dir: Path, public_url: str | None = None) -> ControlPlaneConfig:
+    """The control plane's config for ``data_dir`` from ``settings`` (``public_url``: else the one
+    ``serve`` recorded)."""
     from clawlet.controlplane.server import ControlPlaneConfig
 
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     url = public_url or recorded_public_url(data_dir) or f"http://127.0.0.1:{DEFAULT_PORT}"
     retention: dict[str, Any] = {}
-    max_events = positive_env(ENV_EVENT_LOG_MAX_EVENTS)
+    max_events = positive_number(ENV_EVENT_LOG_MAX_EVENTS, settings.cp_event_log_max_events)
     if max_events is not None:
         retention["event_log_max_events"] = max(1, int(max_events))
-    max_age_days = positive_env(ENV_EVENT_LOG_MAX_AGE_DAYS)
+    max_age_days = positive_number(ENV_EVENT_LOG_MAX_AGE_DAYS, settings.cp_event_log_max_age_days)
     if max_age_days is not None:
         retention["event_log_max_age"] = max_age_days * 24 * 3600
     return ControlPlaneConfig(
         data_dir=data_dir,
-        jwt_secret=jwt_secret(data_dir),
-        database_url=ENVIRON_WITH_SECRETS.get(ENV_DATABASE_URL, "").strip() or None,
-        redis_url=ENVIRON_WITH_SECRETS.get(ENV_REDIS_URL, "").strip() or None,
+        jwt_secret=jwt_secret(settings, data_dir),
+        database_url=(settings.cp_database_url or "").strip() or None,
+        redis_url=(settings.redis_url or "").strip() or None,
         public_url=url,
         **retention,
     )
 
 
-def positive_env(name: str) -> float | None:
-    """The positive number in the environment variable ``name`` (``None`` when unset or blank);
+def positive_number(name: str, raw: str | None) -> float | None:
+    """The positive number the setting ``name`` holds as ``raw`` (``None`` when unset or blank);
     ``SystemExit`` saying so for anything else."""
-    raw = ENVIRON_WITH_SECRETS.get(name, "").strip()
+    raw = (raw or "").strip()
     if not raw:
         return None
     try:
@@ -215,7 +213,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from clawlet.controlplane.server import ControlPlane
     from clawlet.controlplane.userdata import InvalidUserId
 
-    plane = ControlPlane(build_config(data_dir))
+    plane = ControlPlane(build_config(settings, data_dir))
     try:
         return _admin(plane, args)
     except (UnknownUser, UserExists, InvalidUserId, ValueError) as exc:
@@ -317,7 +315,7 @@ def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: 
 
     shown_host = f"[{host}]" if ":" in host else host
     url = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown_host}:{port}"
-    config = build_config(data_dir, url)
+    config = build_config(settings, data_dir, url)
     try:
         check_redis_url(config.redis_url)
     except ValueError as exc:

@@ -562,9 +562,6 @@ class ControlPlaneStore:
             if not updated:
                 db.execute(orgs.insert().values(id=org_id, **values))
 
-    def org_runtime_type(self, org_id: str) -> str | None:
-        return self.org_defaults(org_id)[0]
-
     def org_defaults(self, org_id: str) -> tuple[str | None, dict[str, str] | None]:
         """The organisation's default runtime type and model settings."""
         query = sa.select(orgs.c.runtime_type, orgs.c.model_settings).where(orgs.c.id == org_id)

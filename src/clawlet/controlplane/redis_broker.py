@@ -43,6 +43,7 @@ from clawlet.controlplane.broker import (
     encode_message,
     redacted_url,
 )
+from clawlet.logs import swallowed
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class RedisBroker(PresenceBroker):
                 self._pubsub = None
                 self._confirmed.clear()
                 self._unanswered.clear()
-                with contextlib.suppress(Exception):
+                with swallowed(logger, "redis broker: closing the subscription failed"):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
             await asyncio.sleep(RECONNECT_DELAYS[min(failures, len(RECONNECT_DELAYS)) - 1])
 

@@ -43,6 +43,7 @@ from clawlet.cluster.protocol import (
     parse_frame,
 )
 from clawlet.controlplane.broker import Broker
+from clawlet.logs import swallowed
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class TunnelRouter:
     async def aclose(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError), swallowed(log, "routing: the listener failed"):
                 await self._listener
 
     async def _listen(self) -> None:
@@ -242,7 +243,9 @@ class TunnelRouter:
                     yield frame
             finally:
                 if not finished:
-                    with contextlib.suppress(Exception):
+                    with swallowed(
+                        log, "routing: cancelling request %s on instance %s failed", request_id, holder
+                    ):
                         await self._to_instance(holder, "cancel", user_id, http_cancel_frame(request_id))
 
     async def _to_instance(self, instance_id: str, op: str, user_id: str, frame: Mapping[str, Any]) -> None:

@@ -176,6 +176,7 @@ from clawlet.execplane.skill_cache import (
     parse_package,
     validate_skill_id,
 )
+from clawlet.logs import swallowed
 from clawlet.memory.embeddings import EmbeddingClient
 from clawlet.serving import uvicorn_options
 from clawlet.skills.scanner import SkillError, skill_summary
@@ -1049,7 +1050,7 @@ class ControlPlane:
                 log.warning("session %s: no notices from other instances (%s)", state.session_id, exc)
             except Exception:
                 log.exception("watching session %s for other instances' events failed", state.session_id)
-            with contextlib.suppress(Exception):
+            with swallowed(log, "session %s: reading its event count failed", state.session_id):
                 state.baseline(await self._last_n(state))
             await asyncio.sleep(self.config.event_catch_up)
 
@@ -1141,7 +1142,7 @@ class ControlPlane:
             raise
         except Exception:
             log.exception("the connection of an execution plane (user %r) failed", user_id[:MAX_LOGGED_ID])
-            with contextlib.suppress(Exception):
+            with swallowed(log, "closing the execution plane connection failed"):
                 if websocket.application_state != WebSocketState.DISCONNECTED:
                     await websocket.close(1011, "internal error")
         finally:
@@ -1168,9 +1169,9 @@ class ControlPlane:
             code,
             message,
         )
-        with contextlib.suppress(Exception):
+        with swallowed(log, "sending the %s error frame failed", code):
             await websocket.send_text(encode(error_frame(code, message)))
-        with contextlib.suppress(Exception):
+        with swallowed(log, "closing the refused connection failed"):
             await websocket.close(CLOSE_UNAUTHORIZED, code)
 
     async def _handshake(self, websocket: WebSocket, user_id: str, ticket: str | None) -> _VmLink | None:
@@ -1287,7 +1288,7 @@ class ControlPlane:
         if self._links.get(link.user_id) is link:
             del self._links[link.user_id]
             log.info("execution plane %s of user %s disconnected", link.vm_id, link.user_id)
-            with contextlib.suppress(Exception):
+            with swallowed(log, "ending the tunnel of user %s failed", link.user_id):
                 await self.tunnel.disconnected(link.user_id)
             try:
                 await asyncio.to_thread(self.store.set_vm_connected, link.vm_id, link.user_id, False)
@@ -1296,7 +1297,7 @@ class ControlPlane:
 
     async def _close_link(self, link: _VmLink, code: int, reason: str) -> None:
         link.closed = True
-        with contextlib.suppress(Exception):
+        with swallowed(log, "closing the link of %s failed", link.vm_id):
             await link.ws.close(code, reason)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:

@@ -890,9 +890,3 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-    async def aget_all_for_snapshot(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self.get_all_for_snapshot)
-
-    async def arestore_snapshot(self, snapshot: dict[str, Any]) -> int:
-        return await asyncio.to_thread(self.restore_snapshot, snapshot)

@@ -33,7 +33,7 @@ Requests (``request``/``call``) time out after ``request_timeout`` seconds (60) 
 
 Nothing reported is lost to a dropped connection (seed §10, details in :mod:`clawlet.execplane.offline`):
 
-* fire-and-forget records (``report_usage``, ``log_audit``, ``submit_evolution``, …) are always
+* fire-and-forget records (``report_usage``, ``log_audit``, …) are always
   appended to ``<state_dir>/usage_queue.jsonl`` first (fsynced) and sent from there in order by a pump
   that removes them only after the control plane acknowledged them (a heartbeat answered once every
   frame before it is stored, when ``init`` offers ``heartbeat_ack``; else a ping/pong showing they
@@ -66,14 +66,13 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import os
 import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -83,7 +82,6 @@ from clawlet.cluster.protocol import (
     ERR_PROTOCOL_MISMATCH,
     EVENT_ENCODING,
     FF_AUDIT_LOG,
-    FF_EVOLUTION_SUBMIT,
     FF_SNAPSHOT_SYNC,
     FF_USAGE_REPORT,
     FIRE_AND_FORGET,
@@ -142,6 +140,9 @@ from clawlet.ws_client import (
     safe_url,
 )
 
+if TYPE_CHECKING:
+    from clawlet.config import Settings
+
 log = logging.getLogger(__name__)
 
 ClientState = Literal["idle", "connected", "reconnecting", "offline", "closed"]
@@ -162,6 +163,16 @@ ENV_VM_TICKET: Final = "VM_TICKET"
 ENV_CONTROL_PLANE_WS: Final = "CONTROL_PLANE_WS"
 
 __all__ = ["FrameObserver", "safe_url"]  # re-exported: the exec plane imports them from here
+
+
+def missing_vm_settings(settings: Settings) -> list[str]:
+    """The variables ``clawlet exec-plane`` needs that ``settings`` lacks (``VM_TICKET`` is optional)."""
+    required = {
+        ENV_USER_ID: settings.vm_user_id,
+        ENV_VM_TOKEN: settings.vm_token,
+        ENV_CONTROL_PLANE_WS: settings.control_plane_ws,
+    }
+    return [name for name, value in required.items() if not (value or "").strip()]
 
 
 class ControlPlaneUnavailable(ConnectionError):
@@ -350,21 +361,20 @@ class ControlPlaneClient(SocketClient):
         self._sse_drop_warned = False
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, state_dir: Path | str, **options: Any
+    def from_settings(
+        cls, settings: Settings, *, state_dir: Path | str, **options: Any
     ) -> ControlPlaneClient:
         """A client configured by ``USER_ID``, ``VM_TOKEN``, ``VM_TICKET`` (optional: a restarted
-        daemon has none left) and ``CONTROL_PLANE_WS``; raises ``ValueError`` naming what is missing."""
-        env = os.environ if environ is None else environ
-        required = (ENV_USER_ID, ENV_VM_TOKEN, ENV_CONTROL_PLANE_WS)
-        missing = [name for name in required if not env.get(name, "").strip()]
+        daemon has none left) and ``CONTROL_PLANE_WS`` (read into ``settings``); raises ``ValueError``
+        naming what is missing."""
+        missing = missing_vm_settings(settings)
         if missing:
             raise ValueError(f"missing environment variables: {', '.join(missing)}")
         return cls(
-            env[ENV_CONTROL_PLANE_WS].strip(),
-            env[ENV_USER_ID].strip(),
-            env[ENV_VM_TOKEN].strip(),
-            env.get(ENV_VM_TICKET, "").strip() or None,
+            (settings.control_plane_ws or "").strip(),
+            (settings.vm_user_id or "").strip(),
+            (settings.vm_token or "").strip(),
+            (settings.vm_ticket or "").strip() or None,
             state_dir=state_dir,
             **options,
         )
@@ -577,9 +587,6 @@ class ControlPlaneClient(SocketClient):
     async def log_audit(self, session_id: str, event: str, details: dict[str, Any] | None = None) -> None:
         await self.fire_and_forget(session_id, FF_AUDIT_LOG, event=event, details=dict(details or {}))
 
-    async def submit_evolution(self, session_id: str, skill_data: dict[str, Any]) -> None:
-        await self.fire_and_forget(session_id, FF_EVOLUTION_SUBMIT, **skill_data)
-
     # -- SSE -----------------------------------------------------------------------------------
 
     async def send_frame(self, frame: Mapping[str, Any]) -> bool:
@@ -590,6 +597,7 @@ class ControlPlaneClient(SocketClient):
         try:
             await conn.send(frame)
         except Exception:
+            log.debug("could not send a %s frame", frame.get("type"), exc_info=True)
             return False
         return True
 

@@ -79,7 +79,7 @@ The bridge is configured by this machine: the bridge in ``bridge/`` of this sour
 ``PATH``), the ``openclaw`` CLI (``CLAWLET_OPENCLAW_BIN``, else on ``PATH``), or the
 ``openclaw_options`` given to :class:`ExecPlane`. Before anything is started or created,
 :meth:`~clawlet.runtime.openclaw_bridge.OpenClawBridgeAdapter.preflight` checks them (``node
---version``, as :func:`~clawlet.runtime.openclaw_bridge.openclaw_available` does). From
+--version``, as :func:`~clawlet.runtime.openclaw_bridge.probe_openclaw` does). From
 ``start_session`` the bridge gets ``agent_config`` (``model``, ``provider``, ``base_url``,
 ``system_prompt``; without a ``model`` from the control plane, this machine's own ``CLAWLET_LLM_*``
 model: :func:`openclaw_agent_config`), the skill index entries whose requirements this machine meets, and
@@ -127,7 +127,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import os
 import signal
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -171,6 +170,7 @@ from clawlet.execplane.skill_cache import (
 from clawlet.execplane.tunnel import TunnelServer
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
+from clawlet.logs import swallowed
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 from clawlet.runtime.engine_adapter import EngineHandle
 from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
@@ -309,7 +309,7 @@ class SessionRuntime(RuntimeAdapter):
         """Find or make the runtime; a failure is the first turn's ``RunFailed`` (not an error of
         the request that started the turn)."""
         self.session_id, self.config = session_id, config
-        with contextlib.suppress(Exception):
+        with swallowed(log, "session %s: its runtime could not be made yet", session_id):
             await self._resolve()
 
     async def _resolve(self) -> _Runtime:
@@ -1202,18 +1202,17 @@ async def run_exec_plane(
     state_dir: Path | str,
     settings: Settings,
     *,
-    environ: Mapping[str, str] | None = None,
     demo_token_delay: float = 0.0,
     stop: asyncio.Event | None = None,
     process_options: ProcessOptions | None = None,
 ) -> int:
-    """The daemon: connect (``USER_ID``, ``VM_TOKEN``, ``VM_TICKET``, ``CONTROL_PLANE_WS``), serve
-    sessions until SIGTERM/SIGINT (or ``stop``), then stop every session and close the connection.
+    """The daemon: connect (``USER_ID``, ``VM_TOKEN``, ``VM_TICKET``, ``CONTROL_PLANE_WS``, read into
+    ``settings``), serve sessions until SIGTERM/SIGINT (or ``stop``), then stop every session and
+    close the connection.
 
     Returns 0 after a requested stop, 1 when the control plane refused this machine for good.
     ``ValueError`` when the environment is incomplete or invalid."""
-    env = os.environ if environ is None else environ
-    client = ControlPlaneClient.from_env(env, state_dir=state_dir)
+    client = ControlPlaneClient.from_settings(settings, state_dir=state_dir)
     plane = ExecPlane(
         client, state_dir, settings, demo_token_delay=demo_token_delay, process_options=process_options
     )

@@ -50,6 +50,7 @@ from clawlet.events import (
     event_to_json,
 )
 from clawlet.execplane.session_memory import SessionMemory
+from clawlet.logs import swallowed
 from clawlet.runtime.base import UserMessage
 from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.runtime.process_pipe import (
@@ -370,7 +371,7 @@ class SessionChild:
         for turn_id in list(self._streams):  # a running turn ends with RunCancelled
             self._cancel(turn_id)
         if self._turn is not None:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "the running turn did not end cleanly"):
                 await asyncio.wait_for(self._turn, 10)
         for future in self._pending.values():
             future.cancel()

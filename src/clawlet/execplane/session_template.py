@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from clawlet.execplane.session_process import EXIT_UNKNOWN, describe_exit
+from clawlet.logs import swallowed
 from clawlet.runtime.process_pipe import LINE_LIMIT, child_environment, pipe_streams
 
 TEMPLATE_MODULE: Final = "clawlet.execplane.session_template"
@@ -162,7 +163,7 @@ def _become_session(fds: list[int], cwd: str, closing: list[int]) -> NoReturn:
 
         traceback.print_exc()
     finally:  # exit as an interpreter does, but without tearing down what the template built
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the child is exiting: its log may be gone
             atexit._run_exitfuncs()
         with contextlib.suppress(Exception):
             sys.stdout.flush()
@@ -223,7 +224,7 @@ class TemplateServer:
             _send_packet(self.sock, {"type": "forked", "id": request_id, "pid": pid})
         except Exception as exc:  # a bad request or a failed fork: answered, the template goes on
             log.exception("session template: fork request failed")
-            with contextlib.suppress(Exception):
+            with swallowed(log, "session template: could not answer the failed fork request"):
                 request_id = json.loads(data).get("id")
                 _send_packet(self.sock, {"type": "failed", "id": request_id, "error": str(exc)})
         finally:
@@ -303,7 +304,7 @@ class TemplateChild:
     def _close_pidfd(self) -> None:
         fd, self._pidfd = self._pidfd, None
         if fd is not None:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "session template: removing the pidfd reader failed"):
                 asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
 

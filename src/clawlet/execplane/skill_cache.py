@@ -8,7 +8,7 @@ sessions on the machine share.
 ``requires.binaries``, ``requires.env_vars``) are accepted too, a malformed entry is reported as a
 problem and left out, and it never fails the whole index. ``check_requirements`` tells what this
 machine lacks for an entry (``binary:jq``, ``anyBinary:rg|grep``, ``env:API_KEY``, ``os:darwin``);
-``available_skills_block`` renders the entries that have nothing missing in the seed's format.
+``available_skills_block`` renders the entries that have nothing missing as the local engine does.
 
 **Cache.** ``SkillPackageCache`` keeps whole package directories (``SKILL.md``, ``scripts/``,
 ``REFERENCE.md`` …) under ``<cache_dir>/<skill_id>/``. A directory holding ``SKILL.md`` is a cache
@@ -60,10 +60,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from xml.sax.saxutils import escape
 
+from clawlet.logs import swallowed
 from clawlet.paths import UnsafePath, resolve_inside
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
+from clawlet.skills.prompt import SkillListing, render_available_skills
 from clawlet.skills.scanner import unmet_requirements
 from clawlet.storage import atomic_write_bytes, atomic_write_json
 
@@ -357,41 +358,11 @@ def check_requirements(
 # -- the <available_skills> block ------------------------------------------------------------
 
 
-def _attribute(text: str) -> str:
-    return escape(text, {'"': "&quot;"})
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def files_summary(files: Iterable[str]) -> str:
-    """``SKILL.md, REFERENCE.md, scripts/(3个脚本)``: top-level files, then one item per directory.
-
-    ``SKILL.md`` always comes first; a directory with one file shows that file's path, one with
-    more shows its file count (``个脚本`` for ``scripts/``, ``个文件`` for any other directory).
-    """
-    top_level: list[str] = [SKILL_MD]
-    directories: dict[str, list[str]] = {}
-    for path in files:
-        path = path.strip().strip("/")
-        if not path:
-            continue
-        head, _, rest = path.partition("/")
-        if rest:
-            members = directories.setdefault(head, [])
-            if path not in members:
-                members.append(path)
-        elif path not in top_level:
-            top_level.append(path)
-    items = list(top_level)
-    for directory, members in directories.items():
-        if len(members) == 1:
-            items.append(members[0])
-        else:
-            noun = "脚本" if directory == "scripts" else "文件"
-            items.append(f"{directory}/({len(members)}个{noun})")
-    return ", ".join(items)
+CLUSTER_SKILLS_HINT = (
+    "When a task matches a skill, first read its SKILL.md (the full instructions) with the "
+    "{read_tool} tool. Run a skill's scripts (in scripts/ of its directory) with the {shell_tool} tool."
+)
+"""What follows the block in a session's prompt: the tools a cluster session reads skills with."""
 
 
 def available_skills_block(
@@ -404,33 +375,24 @@ def available_skills_block(
     read_tool: str = READ_TOOL,
     shell_tool: str = SHELL_TOOL,
 ) -> str:
-    """The seed's skill index for the system prompt; "" when no skill is available.
+    """The skill index for a session's system prompt; "" when no skill is available.
 
-    Entries whose requirements are not met are left out. ``read_tool`` and ``shell_tool`` name the
-    tools the two instruction lines after the block point the model to.
+    Entries whose requirements are not met are left out; the rest render as the local engine's
+    (:func:`clawlet.skills.prompt.render_available_skills`, each ``location`` the ``SKILL.md`` in
+    ``cache_dir``), followed by :data:`CLUSTER_SKILLS_HINT` naming ``read_tool`` and ``shell_tool``.
     """
-    lines = ["<available_skills>"]
+    listings: list[SkillListing] = []
     seen: set[str] = set()
     for entry in entries:
         if entry.skill_id in seen or not check_requirements(entry, which, environ, platform)[0]:
             continue
         seen.add(entry.skill_id)
-        path = f"{Path(cache_dir) / entry.skill_id}/"
-        lines.append(f'  <skill name="{_attribute(_one_line(entry.name))}" path="{_attribute(path)}">')
-        description = _one_line(entry.description)
-        if description:
-            lines.append(f"    {escape(description)}")
-        lines.append(f"    文件: {escape(files_summary(entry.files))}")
-        lines.append("  </skill>")
-    if not seen:
+        location = str(Path(cache_dir) / entry.skill_id / SKILL_MD)
+        listings.append(SkillListing(entry.name, entry.description, location))
+    if not listings:
         return ""
-    lines += [
-        "</available_skills>",
-        "",
-        f"当任务匹配某个技能时，先用 {read_tool} 工具读取对应的 SKILL.md 获取完整指南。",
-        f"如需执行技能中的脚本，使用 {shell_tool} 工具运行。脚本位于技能目录的 scripts/ 下。",
-    ]
-    return "\n".join(lines) + "\n"
+    hint = CLUSTER_SKILLS_HINT.format(read_tool=read_tool, shell_tool=shell_tool)
+    return f"{render_available_skills(listings)}\n{hint}\n"
 
 
 # -- packages --------------------------------------------------------------------------------
@@ -583,7 +545,7 @@ async def _run_to_completion(func: Callable[[], T]) -> T:
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        with suppress(Exception):
+        with swallowed(log, "a shared skill load failed after its waiter was cancelled"):
             await task
         raise
 

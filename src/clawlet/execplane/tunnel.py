@@ -43,6 +43,7 @@ from clawlet.cluster.protocol import (
     http_lost_frame,
     http_response_frame,
 )
+from clawlet.logs import swallowed
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class TunnelServer:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError), swallowed(log, "tunnel: a request task failed"):
                 await task
 
     def _forget_old(self) -> None:

@@ -7,11 +7,14 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 
 from starlette.websockets import WebSocket, WebSocketState
 
 from clawlet.gateway.server import CLOSE_NORMAL, GatewayServer
+from clawlet.logs import swallowed
+
+log = logging.getLogger(__name__)
 
 
 class StarletteTransport:
@@ -41,7 +44,7 @@ class StarletteTransport:
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         if self.websocket.application_state == WebSocketState.DISCONNECTED:
             return
-        with contextlib.suppress(Exception):
+        with swallowed(log, "gateway: closing the WebSocket failed"):
             await self.websocket.close(code=code, reason=reason)
 
 

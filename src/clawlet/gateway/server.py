@@ -129,7 +129,7 @@ from clawlet.gateway.protocol import (
     response_error,
     response_ok,
 )
-from clawlet.logs import LOG_RING
+from clawlet.logs import LOG_RING, swallowed
 from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
@@ -565,7 +565,7 @@ class Connection:
             self._closer = asyncio.create_task(self._close_transport(code, reason))
 
     async def _close_transport(self, code: int, reason: str) -> None:
-        with contextlib.suppress(Exception):
+        with swallowed(log, "gateway: closing the connection failed (%s)", reason):
             await self.transport.close(code, close_reason(reason))
 
     async def _send_loop(self) -> None:
@@ -580,6 +580,7 @@ class Connection:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                log.debug("gateway: sending failed; the connection is closing", exc_info=True)
                 self.closing = True  # the peer is gone; nothing more can be sent
                 return
             self._buffered -= size  # counted until the transport took it
@@ -600,7 +601,10 @@ class Connection:
         for task in (self._ticker, self._sender, self._closer):
             if task is not None and not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
+                with (
+                    contextlib.suppress(asyncio.CancelledError),
+                    swallowed(log, "gateway: a connection task failed"),
+                ):
                     await task
 
 
@@ -789,6 +793,7 @@ class GatewayServer:
         except asyncio.CancelledError:
             raise
         except Exception:
+            log.debug("gateway: receiving failed; the connection is over", exc_info=True)
             return None
 
     def _fail(self, conn: Connection, request_id: str, error: GatewayError, code: int = CLOSE_POLICY) -> bool:
@@ -1733,8 +1738,8 @@ class GatewayServer:
                     continue
                 except (InvalidDecision, RuntimeFailure) as exc:
                     log.warning("gateway run %s cannot continue: %s", gateway_run.run_id, exc)
-                    with contextlib.suppress(Exception):  # told it is over: it waits no more
-                        await sessions.cancel(target.session_id)
+                    with swallowed(log, "gateway run %s: cancelling it failed", gateway_run.run_id):
+                        await sessions.cancel(target.session_id)  # told it is over: it waits no more
                     self._broadcast_terminal(
                         gateway_run,
                         {

@@ -179,9 +179,6 @@ class OpenClawAgents:
             agents.append(self._info(agent_id, entries.get(agent_id, {}), default_model))
         return agents
 
-    def get_agent(self, agent_id: str) -> AgentInfo | None:
-        return next((agent for agent in self.list_agents() if agent.id == agent_id), None)
-
     def list_models(self) -> list[ModelInfo]:
         """The model catalog ``agents.defaults.models`` (keys ``provider/model``); without one,
         the default model alone, if configured."""

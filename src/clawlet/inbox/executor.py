@@ -29,6 +29,7 @@ from clawlet.inbox.models import Message, Task
 from clawlet.inbox.repository import InboxRepository, TaskNotFound
 from clawlet.inbox.states import InvalidTransition, TaskStatus
 from clawlet.inbox.waiting import pending_json, waiting_message
+from clawlet.logs import swallowed
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class TaskExecutor:
             # deleted, or cancelled before it started: nothing left to do
             log.info("inbox task %s not run: %s", task_id, exc)
         except asyncio.CancelledError:
-            with suppress(Exception):
+            with swallowed(log, "inbox task %s: could not mark it stopped", task_id, level=logging.WARNING):
                 await self._finish(task_id, Outcome("error", "", RESTART_MESSAGE))
             raise
 
@@ -253,7 +254,13 @@ class TaskExecutor:
         for task_id in runs:
             task = await asyncio.to_thread(self.repository.get_task, task_id)
             if task is not None:
-                with suppress(Exception):
+                with swallowed(
+                    log,
+                    "inbox task %s: the %s backend could not abort it",
+                    task_id,
+                    self.backend.name,
+                    level=logging.WARNING,
+                ):
                     await self.backend.abort(task)
         if runs:
             _, still = await asyncio.wait(runs.values(), timeout=SHUTDOWN_GRACE)

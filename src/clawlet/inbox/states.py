@@ -51,10 +51,6 @@ class InvalidTransition(Exception):
         self.target = target
 
 
-def can_transition(current: TaskStatus, target: TaskStatus) -> bool:
-    return target in VALID_TRANSITIONS[current]
-
-
 def sources_of(target: TaskStatus) -> frozenset[TaskStatus]:
     """Every status from which ``target`` may be entered."""
     return frozenset(status for status, targets in VALID_TRANSITIONS.items() if target in targets)

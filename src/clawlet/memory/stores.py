@@ -10,7 +10,6 @@ not indexed.
 from __future__ import annotations
 
 import hashlib
-import io
 from functools import partial
 from pathlib import Path
 from typing import Final
@@ -19,6 +18,7 @@ from clawlet.config import HomePaths, Settings
 from clawlet.memory.embeddings import EmbeddingClient
 from clawlet.memory.index import HybridIndex, SearchResult, SourceLoader
 from clawlet.paths import UnsafePath, is_safe_entry, read_bytes_inside, read_text_inside
+from clawlet.pdf import read_pdf
 from clawlet.storage import exclusive
 
 KNOWLEDGE_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".pdf"}
@@ -36,10 +36,7 @@ def read_document(root: Path, path: Path) -> str:
     """The text of a knowledge document inside ``root`` (read through the path guard)."""
     data = read_bytes_inside(root, path)
     if path.suffix.lower() == ".pdf":
-        from pypdf import PdfReader
-
-        reader = PdfReader(io.BytesIO(data))
-        return "\n\n".join(page.extract_text() or "" for page in reader.pages)
+        return read_pdf(data).text
     return data.decode("utf-8", errors="replace")
 
 

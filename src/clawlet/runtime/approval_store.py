@@ -184,9 +184,6 @@ class ApprovalStore:
 
         LocalCheckpointer(self.checkpoints).delete_thread(session_id)
 
-    def has_state(self, session_id: str) -> bool:
-        return self.path_for(session_id).exists()
-
     def delete(self, session_id: str) -> None:
         """Remove everything of a deleted session."""
         self._delete_checkpoints(session_id)

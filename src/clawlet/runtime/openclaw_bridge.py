@@ -41,7 +41,7 @@ the next message starts a new bridge (the OpenClaw state directory persists when
 given). A cancelled turn the bridge has not ended ``cancel_grace`` seconds later ends with
 ``RunCancelled`` and the bridge is killed. ``stop`` sends ``stop`` (the bridge cancels the turn and
 stops its gateway), then SIGTERM/SIGKILL the bridge's process group after ``stop_grace``.
-There is no fallback: without Node ≥ 24.16 and OpenClaw, :func:`openclaw_available` says why, and
+There is no fallback: without Node ≥ 24.16 and OpenClaw, :func:`probe_openclaw` says why, and
 :meth:`~OpenClawBridgeAdapter.preflight` (which starts nothing) and ``start`` raise
 :class:`OpenClawUnavailable` with that reason and how to fix it (:data:`INSTALL_HINT`).
 
@@ -82,6 +82,7 @@ from clawlet.events import (
     ToolEnd,
     ToolStart,
 )
+from clawlet.logs import swallowed
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,12 @@ def _find_executable(raw: str | None, fallback: str) -> Path | None:
     return path.resolve() if path.is_file() else None
 
 
+def find_node(node: str | None = None) -> Path | None:
+    """The Node.js binary: ``node``, else ``$CLAWLET_OPENCLAW_NODE``, else ``node`` on ``PATH``
+    (``None`` when that is not a file); the one place that locates Node."""
+    return _find_executable(node or os.environ.get(ENV_NODE), "node")
+
+
 @dataclass(frozen=True)
 class OpenClawProbe:
     """What :func:`probe_openclaw` found (``/health`` shows it: :mod:`clawlet.api.health`)."""
@@ -231,7 +238,7 @@ def probe_openclaw_install(
     ``PATH``), not the bridge: what the real-OpenClaw tests need too. ``bridge_dir`` is only
     recorded in the result."""
     node_raw = node or os.environ.get(ENV_NODE)
-    node_path = _find_executable(node_raw, "node")
+    node_path = find_node(node_raw)
     if node_path is None:
         where = f"{node_raw!r} is not a file" if node_raw else "there is no node on PATH"
         return OpenClawProbe(
@@ -298,14 +305,6 @@ def probe_openclaw_install(
         openclaw_version=version,
         bridge_dir=bridge_dir,
     )
-
-
-def openclaw_available(
-    *, node: str | None = None, openclaw_bin: str | None = None, bridge_dir: Path | None = None
-) -> tuple[bool, str]:
-    """``(True, what was found)`` or ``(False, why not)``: see :func:`probe_openclaw`."""
-    probe = probe_openclaw(node=node, openclaw_bin=openclaw_bin, bridge_dir=bridge_dir)
-    return probe.available, probe.reason
 
 
 # -- event translation -------------------------------------------------------------------------------
@@ -491,11 +490,11 @@ class _BridgeProcess:
     async def close(self, remove_directory: bool) -> None:
         if self.writer is not None:
             self.writer.close()
-            with contextlib.suppress(Exception):
+            with swallowed(log, "closing the bridge socket failed"):
                 await self.writer.wait_closed()
         if self.server is not None:
             self.server.close()
-            with contextlib.suppress(Exception):
+            with swallowed(log, "closing the bridge server failed"):
                 await self.server.wait_closed()
         if remove_directory:
             await asyncio.to_thread(shutil.rmtree, self.directory, True)
@@ -670,7 +669,7 @@ class OpenClawBridgeAdapter(RuntimeAdapter):
         bridge_dir = (options.bridge_dir or default_bridge_dir()).resolve()
         if openclaw_config.get("gateway_url"):
             problem = bridge_problem(bridge_dir)
-            node = _find_executable(options.node or os.environ.get(ENV_NODE), "node")
+            node = find_node(options.node)
             if problem is None and node is None:
                 problem = "Node.js is required for the OpenClaw bridge: there is no node on PATH"
             if problem is not None:
@@ -753,7 +752,7 @@ class OpenClawBridgeAdapter(RuntimeAdapter):
             bridge.gone = True
             bridge.kill_group()
             if bridge.process is not None:
-                with contextlib.suppress(Exception):
+                with swallowed(log, "the killed bridge process did not end"):
                     await asyncio.wait_for(bridge.process.wait(), 5)
             if bridge.reader_task is not None:
                 bridge.reader_task.cancel()

@@ -235,10 +235,6 @@ class TranscriptStore:
             self._write(path, data)
             return session_id, data
 
-    def ensure(self, session_id: str) -> None:
-        """Create the session file if it does not exist yet."""
-        self.create(session_id)
-
     def list_sessions(self) -> list[dict[str, Any]]:
         """All sessions, most recently updated first (unreadable files are skipped)."""
         items: list[dict[str, Any]] = []

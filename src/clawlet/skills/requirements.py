@@ -19,9 +19,6 @@ from typing import Any
 
 from clawlet.secret_env import ENVIRON_WITH_SECRETS
 
-MISSING_KINDS = ("bins", "anyBins", "env", "config", "os")
-"""The kinds of a missing requirement, in the order OpenClaw reports them."""
-
 #: Config paths OpenClaw treats as true when the config leaves them unset.
 DEFAULT_CONFIG_VALUES: dict[str, bool] = {"browser.enabled": True, "browser.evaluateEnabled": True}
 #: Keys a config path may not walk through (as OpenClaw's ``isBlockedObjectKey``).
@@ -57,7 +54,6 @@ class SkillManifest:
     os: list[str] = field(default_factory=list)
     always: bool = False
     emoji: str | None = None
-    homepage: str | None = None
     skill_key: str | None = None
     primary_env: str | None = None
 
@@ -82,7 +78,6 @@ class SkillManifest:
             os=string_list(meta.get("os")),
             always=meta.get("always") is True,
             emoji=text("emoji"),
-            homepage=text("homepage"),
             skill_key=text("skillKey"),
             primary_env=text("primaryEnv"),
         )
@@ -149,8 +144,9 @@ def _has_secret(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a skill is eligible, and why not: ``missing`` maps each of ``MISSING_KINDS`` to what is
-    lacking (``disabled`` and ``blocked_by_allowlist`` come from the config, not the machine)."""
+    """Whether a skill is eligible, and why not: ``missing`` maps each kind of requirement
+    (``bins``, ``anyBins``, ``env``, ``config``, ``os``, in OpenClaw's order) to what is lacking
+    (``disabled`` and ``blocked_by_allowlist`` come from the config, not the machine)."""
 
     eligible: bool
     disabled: bool

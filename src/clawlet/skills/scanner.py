@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 import json5
 import yaml
@@ -30,6 +29,7 @@ import yaml
 from clawlet.filememo import FileMemo
 from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.skills.plugins import PluginOrigin, discover_plugins, plugin_enabled, plugin_skill_dirs
+from clawlet.skills.prompt import SkillListing, render_available_skills
 from clawlet.skills.requirements import (
     SkillError,
     SkillManifest,
@@ -306,20 +306,10 @@ def scan_skills(root: Path) -> ScanResult:
 
 
 def render_snapshot(skills: list[Skill]) -> str:
-    """The ``<available_skills>`` index that goes into the system prompt."""
-    lines = ["<available_skills>"]
-    for skill in skills:
-        if not skill.available:
-            continue
-        lines += [
-            "  <skill>",
-            f"    <name>{escape(skill.name)}</name>",
-            f"    <description>{escape(skill.description)}</description>",
-            f"    <location>{escape(skill.location)}</location>",
-            "  </skill>",
-        ]
-    lines.append("</available_skills>")
-    return "\n".join(lines) + "\n"
+    """The ``<available_skills>`` index of the available ``skills`` that goes into the system prompt."""
+    return render_available_skills(
+        SkillListing(skill.name, skill.description, skill.location) for skill in skills if skill.available
+    )
 
 
 def refresh_snapshot(root: Path) -> ScanResult:

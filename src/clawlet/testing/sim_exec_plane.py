@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import inspect
 import json
+import logging
 import random
 import time
 import uuid
@@ -55,12 +56,13 @@ from clawlet.cluster.protocol import (
     encode,
     frame_body,
     heartbeat_frame,
-    http_body_frame,
-    http_response_frame,
     parse_frame,
 )
 from clawlet.execplane.client import check_event_encoding, connect_url
 from clawlet.execplane.tunnel import TunnelServer
+from clawlet.logs import swallowed
+
+log = logging.getLogger(__name__)
 
 SIMULATED_HEADER: Final = "x-clawlet-simulated-exec-plane"
 """Header of :func:`default_handler`'s answers: the user id of the plane that answered."""
@@ -132,15 +134,6 @@ def parse_http_request(frame: Mapping[str, Any]) -> HttpRequest:
     )
 
 
-def reply_frames(request_id: str, reply: HttpReply) -> list[dict[str, Any]]:
-    """``http_response`` then one ``http_body`` with ``more: false``: what the tunnel sends for
-    ``reply`` (tests compare with it)."""
-    return [
-        dict(http_response_frame(request_id, reply.status, list(reply.headers))),
-        dict(http_body_frame(request_id, 1, reply.body, more=False)),
-    ]
-
-
 _REQUEST: contextvars.ContextVar[HttpRequest] = contextvars.ContextVar("sim_http_request")
 """The request the tunnel's task for it is running (set before the task is made; tasks copy it)."""
 
@@ -205,7 +198,7 @@ class SimExecPlane:
         except ConnectionClosed as exc:
             raise SimRefused(f"{self.user_id}: closed before init ({exc.rcvd})") from None
         except BaseException:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "%s: closing the socket failed", self.user_id):
                 await ws.close()
             raise
         self._ws = ws
@@ -223,7 +216,7 @@ class SimExecPlane:
         if self._tunnel is not None:
             await self._tunnel.aclose()
         if self._ws is not None:
-            with contextlib.suppress(Exception):
+            with swallowed(log, "%s: closing the socket failed", self.user_id):
                 await self._ws.close()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._closed.set()
