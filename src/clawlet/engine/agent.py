@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -310,7 +310,7 @@ class AgentEngine:
         *,
         pause: PausePoint | None = None,
         resume: Resume | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events.
 
         With ``pause`` (needed when ``context.may_pause``) the graph state is kept in

@@ -61,7 +61,7 @@ from clawlet.runtime.process_pipe import (
     SkillRef,
     decode_message,
     encode_line,
-    pipe_streams,
+    private_pipe_streams,
 )
 from clawlet.secret_env import hold_secrets
 from clawlet.tools.base import ToolError
@@ -486,14 +486,7 @@ class SessionChild:
 
 
 async def _child_main() -> int:
-    # Keep the pipe on private descriptors; fd 0 becomes /dev/null and fd 1 stderr, so a stray
-    # print() or a subprocess that inherits them can never read or corrupt protocol lines.
-    pipe_in, pipe_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    reader, writer = await pipe_streams(pipe_in, pipe_out)
+    reader, writer = await private_pipe_streams()
     try:
         return await SessionChild(reader, writer).serve()
     except (BrokenPipeError, ConnectionResetError):
