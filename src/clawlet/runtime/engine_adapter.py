@@ -1,20 +1,52 @@
-"""The ``engine`` runtime: clawlet's own engine (the seed's "SemiGraph" runtime), in-process
-(:class:`EngineAdapter`) or on engine workers (:class:`~clawlet.runtime.engine_pool.PooledEngineAdapter`),
-both on :class:`EngineTurns`' bookkeeping."""
+"""The ``engine`` runtime: clawlet's own engine (the seed's "SemiGraph" runtime) on a workspace's
+:class:`EngineHandle`, in-process (:class:`EngineAdapter`) or on engine workers
+(:class:`~clawlet.runtime.engine_pool.PooledEngineAdapter`), both on :class:`EngineTurns`' bookkeeping."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from abc import abstractmethod
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clawlet.engine.approvals import Decision
+from clawlet.config import RuntimeConfig, Settings
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending
+from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 
 if TYPE_CHECKING:
     from clawlet.engine.agent import AgentEngine
+
+
+@dataclass
+class EngineHandle:
+    """A workspace's agent engine, built (and LangChain imported) the first time it is asked for."""
+
+    settings: Settings
+    runtime_config: RuntimeConfig
+    memory: MemoryIndex
+    knowledge: KnowledgeBase
+    demo_token_delay: float = 0.0
+    _engine: AgentEngine | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def get(self) -> AgentEngine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    from clawlet.engine.agent import AgentEngine
+
+                    self._engine = AgentEngine(
+                        self.settings,
+                        self.runtime_config,
+                        self.memory,
+                        self.knowledge,
+                        demo_token_delay=self.demo_token_delay,
+                    )
+        return self._engine
 
 
 class EngineTurns(RuntimeAdapter):
