@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
@@ -34,8 +34,11 @@ from langchain.agents.middleware import (
 )
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.types import Command
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, Durability
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
 from clawlet.engine import tracing
@@ -88,6 +91,9 @@ log = logging.getLogger(__name__)
 MODEL_NODE = "model"
 TOOLS_NODE = "tools"
 INTERRUPT_KEY = "__interrupt__"
+
+Agent = CompiledStateGraph[Any, RunContext, Any, Any]
+"""The compiled agent graph ``create_agent`` builds (its state types are LangChain's own)."""
 
 
 class PausedRunGone(RuntimeError):
@@ -145,7 +151,7 @@ class AgentEngine:
         self.memory = memory
         self.knowledge = knowledge
         self._model: BaseChatModel | None = None
-        self._agent: Any = None
+        self._agent: Agent | None = None
         self._tools: list[BaseTool] | None = None
         self.mcp = McpTools()
         self._mcp_fingerprint = ""
@@ -153,7 +159,7 @@ class AgentEngine:
         self.demo_token_delay = demo_token_delay
         tracing.install()
         # the agent with a checkpointer, per checkpoint directory: (the agent it copies, the copy)
-        self._pausable: dict[Path, tuple[Any, Any]] = {}
+        self._pausable: dict[Path, tuple[Agent, Agent]] = {}
 
     @property
     def provider(self) -> str:
@@ -201,7 +207,7 @@ class AgentEngine:
         refresh_snapshot(home)
         return build_system_prompt(home, rag_mode=self.runtime_config.get_rag_mode())
 
-    def build_agent(self) -> Any:
+    def build_agent(self) -> Agent:
         """The compiled agent, built once. The system prompt is not baked in: the
         ``workspace_prompt`` middleware reassembles it from the files before every model call, so
         edits apply at once without paying for a graph compile (about 14 ms) on every turn."""
@@ -236,7 +242,7 @@ class AgentEngine:
             )
         return self._agent
 
-    def pausable_agent(self, pause: PausePoint) -> Any:
+    def pausable_agent(self, pause: PausePoint) -> Agent:
         """The agent saving its state in ``pause.directory`` (a copy of :meth:`build_agent`'s, made
         again only when that one is rebuilt)."""
         base = self.build_agent()
@@ -304,7 +310,7 @@ class AgentEngine:
         *,
         pause: PausePoint | None = None,
         resume: Resume | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events.
 
         With ``pause`` (needed when ``context.may_pause``) the graph state is kept in
@@ -321,7 +327,7 @@ class AgentEngine:
         # abort with GraphRecursionError before the model-call cap ends the run cleanly.
         steps_per_model_call = max(2, len(agent.builder.nodes))
         release = TokenRelease()
-        config: dict[str, Any] = {
+        config: RunnableConfig = {
             "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10,
             # the first text goes out at once, even in a burst (a structured answer's text does not)
             "callbacks": [release] if context.response_format is None else [],
@@ -329,7 +335,7 @@ class AgentEngine:
         # one checkpoint when the run ends or pauses, not one per step: a turn is continued only
         # from its pause point, and a checkpointed session process keeps just its last turn
         # (LangGraph warns about the option on a graph without a checkpointer)
-        options: dict[str, Any] = {"durability": "exit"} if agent.checkpointer else {}
+        durability: Durability | None = "exit" if agent.checkpointer else None
         inputs: Any
         already_reported: set[str] = set()  # tool calls whose results were streamed before a pause
         waiting_before: set[str] = set()
@@ -372,14 +378,26 @@ class AgentEngine:
                 ]
             }
             if pause is not None:  # a fresh turn: nothing of an earlier one may be resumed into it
-                await agent.checkpointer.adelete_thread(pause.thread_id)
+                saver = agent.checkpointer
+                if not isinstance(saver, BaseCheckpointSaver):
+                    raise RuntimeError("a pausable agent has no checkpointer")
+                await saver.adelete_thread(pause.thread_id)
         tools_ran = interrupted = truncated = False
         # a structured answer is shown once validated (from the model step's result), never its drafts
         structured = context.response_format is not None
         input_tokens = output_tokens = 0
-        async for mode, payload in agent.astream(
-            inputs, config=config, context=context, stream_mode=["messages", "updates"], **options
-        ):
+        # with a list of stream modes, LangGraph yields (mode, payload) pairs
+        parts = cast(
+            AsyncIterator[tuple[str, Any]],
+            agent.astream(
+                inputs,
+                config=config,
+                context=context,
+                stream_mode=["messages", "updates"],
+                durability=durability,
+            ),
+        )
+        async for mode, payload in parts:
             if mode == "messages":
                 chunk, metadata = payload
                 if not isinstance(chunk, AIMessageChunk) or metadata.get("langgraph_node") != MODEL_NODE:

@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from clawlet import aio
 from clawlet.config import RuntimeConfig, Settings
-from clawlet.engine.agent import AgentEngine
+from clawlet.engine.agent import Agent, AgentEngine
 from clawlet.engine.checkpointer import LocalCheckpointer
 from clawlet.engine.tool_approvals import PausePoint
 from clawlet.events import (
@@ -61,7 +61,7 @@ from clawlet.runtime.process_pipe import (
     SkillRef,
     decode_message,
     encode_line,
-    pipe_streams,
+    private_pipe_streams,
 )
 from clawlet.secret_env import hold_secrets
 from clawlet.tools.base import ToolError
@@ -218,23 +218,24 @@ class SessionEngine(AgentEngine):
         self.checkpointer = checkpointer
         self.extra_tools = list(extra_tools)
         self.thread_id = "initial"
-        self._base_agent: Any = None
-        self._saving_agent: Any = None
+        self._base_agent: Agent | None = None
+        self._saving_agent: Agent | None = None
         self._plain = False
 
     def build_tools(self) -> list[BaseTool]:
         return [*super().build_tools(), *self.extra_tools]
 
-    def build_agent(self) -> Any:
+    def build_agent(self) -> Agent:
         base = super().build_agent()
         if self._plain:
             return base
-        if base is not self._base_agent:  # built anew (first turn, or MCP tools changed)
+        saving = self._saving_agent
+        if saving is None or base is not self._base_agent:  # built anew (first turn, or MCP tools changed)
             self._base_agent = base
-            self._saving_agent = base.copy({"checkpointer": self.checkpointer})
-        return self._saving_agent.with_config({"configurable": {"thread_id": self.thread_id}})
+            saving = self._saving_agent = base.copy({"checkpointer": self.checkpointer})
+        return saving.with_config({"configurable": {"thread_id": self.thread_id}})
 
-    def pausable_agent(self, pause: PausePoint) -> Any:
+    def pausable_agent(self, pause: PausePoint) -> Agent:
         self._plain = True  # the pause point's checkpointer, on the plain agent
         try:
             return super().pausable_agent(pause)
@@ -461,14 +462,7 @@ class SessionChild:
 
 
 async def _child_main() -> int:
-    # Keep the pipe on private descriptors; fd 0 becomes /dev/null and fd 1 stderr, so a stray
-    # print() or a subprocess that inherits them can never read or corrupt protocol lines.
-    pipe_in, pipe_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    reader, writer = await pipe_streams(pipe_in, pipe_out)
+    reader, writer = await private_pipe_streams()
     try:
         return await SessionChild(reader, writer).serve()
     except (BrokenPipeError, ConnectionResetError):

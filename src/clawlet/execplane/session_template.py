@@ -127,7 +127,7 @@ def warm_up() -> None:
     from clawlet.llm.providers import build_chat_model
 
     try:
-        settings = Settings(_env_file=None)  # type: ignore[call-arg]
+        settings = Settings(_env_file=None)
         if settings.resolved_provider != "demo":
             build_chat_model(settings)
     except Exception as exc:  # e.g. an incomplete provider: the sessions will say so themselves

@@ -26,6 +26,7 @@ from clawlet.gateway.protocol import (
 )
 
 if TYPE_CHECKING:
+    from clawlet.gateway.payloads import ChatState
     from clawlet.gateway.server import GatewayRun
 
 WAIT_DEFAULT_MS = 30_000
@@ -65,7 +66,7 @@ def accepted(gateway_run: GatewayRun) -> dict[str, Any]:
     }
 
 
-def _result(gateway_run: GatewayRun, terminal: dict[str, Any]) -> dict[str, Any]:
+def _result(gateway_run: GatewayRun, terminal: ChatState) -> dict[str, Any]:
     text = message_text(terminal.get("message"))
     ended = gateway_run.ended_ms or gateway_run.started_ms
     meta: dict[str, Any] = {"durationMs": max(0, ended - gateway_run.started_ms)}

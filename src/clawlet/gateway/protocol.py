@@ -19,7 +19,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 4
 """The newest protocol version clawlet speaks (current OpenClaw's)."""
@@ -92,6 +92,58 @@ MAIN_SESSION_SUFFIX = "main"
 DEFAULT_AGENT_ID = "main"
 
 
+# -- frames (what clawlet sends; received frames are parsed leniently: ``decode``) ------------
+
+
+class ErrorShape(TypedDict):
+    """A ``res`` frame's ``error``."""
+
+    code: str
+    message: str
+    details: NotRequired[dict[str, Any]]
+    retryable: NotRequired[bool]
+    retryAfterMs: NotRequired[int]
+
+
+class RequestFrame(TypedDict):
+    type: Literal["req"]
+    id: str
+    method: str
+    params: NotRequired[Any]
+
+
+class ResponseFrame(TypedDict):
+    type: Literal["res"]
+    id: str
+    ok: bool
+    payload: NotRequired[Any]
+    error: NotRequired[ErrorShape]
+
+
+class EventFrame(TypedDict):
+    type: Literal["event"]
+    event: str
+    payload: NotRequired[Any]
+    seq: NotRequired[int]
+    """Per connection: 1, 2, ... (the ``connect.challenge`` before the handshake has none)."""
+
+
+Frame = RequestFrame | ResponseFrame | EventFrame
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(TypedDict):
+    """A chat message as the gateway sends it (``chat`` events, ``chat.history``)."""
+
+    role: str
+    content: list[TextPart]
+    timestamp: int
+
+
 class FrameError(ValueError):
     """A frame that is not valid JSON or not one of the three frame types."""
 
@@ -125,8 +177,8 @@ class GatewayError(Exception):
             retry_after if isinstance(retry_after, int) and retry_after >= 0 else None,
         )
 
-    def shape(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message or self.code}
+    def shape(self) -> ErrorShape:
+        error: ErrorShape = {"code": self.code, "message": self.message or self.code}
         if self.details is not None:
             error["details"] = self.details
         if self.retryable is not None:
@@ -143,26 +195,26 @@ def now_ms() -> int:
 # -- frames --------------------------------------------------------------------------------------
 
 
-def request_frame(request_id: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    frame: dict[str, Any] = {"type": "req", "id": request_id, "method": method}
+def request_frame(request_id: str, method: str, params: dict[str, Any] | None = None) -> RequestFrame:
+    frame: RequestFrame = {"type": "req", "id": request_id, "method": method}
     if params is not None:
         frame["params"] = params
     return frame
 
 
-def response_ok(request_id: str, payload: Any = None) -> dict[str, Any]:
-    frame: dict[str, Any] = {"type": "res", "id": request_id, "ok": True}
+def response_ok(request_id: str, payload: Any = None) -> ResponseFrame:
+    frame: ResponseFrame = {"type": "res", "id": request_id, "ok": True}
     if payload is not None:
         frame["payload"] = payload
     return frame
 
 
-def response_error(request_id: str, error: GatewayError) -> dict[str, Any]:
+def response_error(request_id: str, error: GatewayError) -> ResponseFrame:
     return {"type": "res", "id": request_id or "unknown", "ok": False, "error": error.shape()}
 
 
-def event_frame(event: str, payload: Any = None, seq: int | None = None) -> dict[str, Any]:
-    frame: dict[str, Any] = {"type": "event", "event": event}
+def event_frame(event: str, payload: Any = None, seq: int | None = None) -> EventFrame:
+    frame: EventFrame = {"type": "event", "event": event}
     if payload is not None:
         frame["payload"] = payload
     if seq is not None:
@@ -170,7 +222,7 @@ def event_frame(event: str, payload: Any = None, seq: int | None = None) -> dict
     return frame
 
 
-def encode(frame: dict[str, Any]) -> str:
+def encode(frame: Frame) -> str:
     """The frame as compact JSON text. Non-ASCII characters stay as they are, except when a string
     holds a lone surrogate (``"\\ud800"`` in a peer's JSON parses to one): such text cannot be sent
     as UTF-8, so that frame is escaped to ASCII instead (the same JSON value, sendable)."""
@@ -322,7 +374,7 @@ def message_text(message: Any) -> str:
     return ""
 
 
-def assistant_message(text: str, timestamp: int | None = None) -> dict[str, Any]:
+def assistant_message(text: str, timestamp: int | None = None) -> ChatMessage:
     """The cumulative assistant snapshot a ``chat`` event carries."""
     return {
         "role": "assistant",

@@ -53,7 +53,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,6 +86,22 @@ from clawlet.events import (
 from clawlet.gateway import agent_method, operator, session_admin
 from clawlet.gateway import approval_frames as wire
 from clawlet.gateway.approval_frames import GatewayApproval
+from clawlet.gateway.payloads import (
+    AgentEvent,
+    ChatAbortResult,
+    ChatEvent,
+    ChatHistoryResult,
+    ChatSendResult,
+    ChatState,
+    ChatUsage,
+    ConnectParams,
+    HelloOk,
+    RunRef,
+    SessionRow,
+    SessionsListResult,
+    ToolResultData,
+    ToolStartData,
+)
 from clawlet.gateway.protocol import (
     APPROVAL_NOT_FOUND,
     CAP_TOOL_EVENTS,
@@ -115,7 +131,9 @@ from clawlet.gateway.protocol import (
     SCOPE_READ,
     SCOPE_WRITE,
     UNAVAILABLE,
+    ChatMessage,
     EncodedEvent,
+    Frame,
     FrameError,
     GatewayError,
     assistant_message,
@@ -440,6 +458,39 @@ def param_strings(params: dict[str, Any], name: str) -> list[str]:
     return list(value)
 
 
+def connect_params(params: dict[str, Any] | None) -> ConnectParams:
+    """``connect``'s params, checked (protocol versions are negotiated and the token checked after)."""
+    if params is None:
+        raise _invalid("invalid connect params: params must be an object")
+    low = param_int(params, "minProtocol", minimum=1)
+    high = param_int(params, "maxProtocol", minimum=1)
+    if low is None or high is None:
+        raise _invalid("invalid connect params: minProtocol and maxProtocol are required")
+    client = params.get("client")
+    if not isinstance(client, dict):
+        raise _invalid("invalid connect params: client must be an object")
+    if client.get("id") not in CLIENT_IDS:
+        raise _invalid(f"invalid connect params: unknown client.id {client.get('id')!r}")
+    if client.get("mode") not in CLIENT_MODES:
+        raise _invalid(f"invalid connect params: unknown client.mode {client.get('mode')!r}")
+    role = params.get("role", ROLE_OPERATOR)
+    if role != ROLE_OPERATOR:
+        raise _invalid(f"invalid role {role!r}: this gateway accepts operator clients only")
+    scopes = param_strings(params, "scopes")
+    caps = param_strings(params, "caps")
+    auth = params.get("auth")
+    if auth is not None and not isinstance(auth, dict):
+        raise _invalid("invalid connect params: auth must be an object")
+    return {
+        "minProtocol": low,
+        "maxProtocol": high,
+        "client": client,
+        "scopes": scopes,
+        "caps": caps,
+        "auth": auth,
+    }
+
+
 @dataclass(frozen=True)
 class Deferred:
     """A request answered twice under its id, as OpenClaw's ``agent`` is: ``accepted`` at once,
@@ -449,7 +500,7 @@ class Deferred:
     final: Coroutine[Any, Any, dict[str, Any]]
 
 
-Payload = dict[str, Any] | list[dict[str, Any]]
+Payload = Mapping[str, Any] | list[dict[str, Any]]
 Handler = Callable[["Connection", dict[str, Any]], Awaitable["Payload | Deferred"]]
 
 
@@ -505,7 +556,7 @@ class Connection:
             self._tick_loop(interval_ms / 1000), name=f"gateway-tick-{self.conn_id}"
         )
 
-    def send(self, frame: dict[str, Any]) -> bool:
+    def send(self, frame: Frame) -> bool:
         """Queue one frame; False (never an exception) when the connection is closing."""
         if self.closing:
             return False
@@ -634,7 +685,7 @@ class GatewayRun:
     answer: RunText = field(default_factory=RunText)
     """The reply so far, across the continuations of a paused run."""
     sent_text: str = ""
-    usage: dict[str, int] | None = None
+    usage: ChatUsage | None = None
     task: asyncio.Task[None] | None = None
     pending: dict[str, GatewayApproval] = field(default_factory=dict)
     """What the run waits for (while paused), oldest first."""
@@ -643,7 +694,7 @@ class GatewayRun:
     finished: bool = False
     resumed: bool = False
     """True once the run paused and a continuation streams on (the text so far spans both)."""
-    terminal: dict[str, Any] | None = None
+    terminal: ChatState | None = None
     """The last ``chat`` event's payload (``final``, ``aborted`` or ``error``) once it was sent."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the run's event stream is over (terminal event sent, or the gateway stopped it)."""
@@ -653,7 +704,7 @@ class GatewayRun:
     def text(self) -> str:
         return self.answer.text
 
-    def base(self) -> dict[str, Any]:
+    def base(self) -> RunRef:
         return {"runId": self.run_id, "sessionKey": self.target.key, "agentId": self.target.agent_id}
 
 
@@ -851,30 +902,11 @@ class GatewayServer:
         )
         return True
 
-    def _connect(self, conn: Connection, params: dict[str, Any] | None) -> dict[str, Any]:
+    def _connect(self, conn: Connection, params: dict[str, Any] | None) -> HelloOk:
         """Check ``connect`` params, negotiate, authenticate; the ``hello-ok`` payload."""
-        if params is None:
-            raise _invalid("invalid connect params: params must be an object")
-        low = param_int(params, "minProtocol", minimum=1)
-        high = param_int(params, "maxProtocol", minimum=1)
-        if low is None or high is None:
-            raise _invalid("invalid connect params: minProtocol and maxProtocol are required")
-        client = params.get("client")
-        if not isinstance(client, dict):
-            raise _invalid("invalid connect params: client must be an object")
-        if client.get("id") not in CLIENT_IDS:
-            raise _invalid(f"invalid connect params: unknown client.id {client.get('id')!r}")
-        if client.get("mode") not in CLIENT_MODES:
-            raise _invalid(f"invalid connect params: unknown client.mode {client.get('mode')!r}")
-        role = params.get("role", ROLE_OPERATOR)
-        if role != ROLE_OPERATOR:
-            raise _invalid(f"invalid role {role!r}: this gateway accepts operator clients only")
-        scopes = param_strings(params, "scopes")
-        caps = param_strings(params, "caps")
-        auth = params.get("auth")
-        if auth is not None and not isinstance(auth, dict):
-            raise _invalid("invalid connect params: auth must be an object")
-
+        checked = connect_params(params)
+        low, high, client = checked["minProtocol"], checked["maxProtocol"], checked["client"]
+        scopes, caps, auth = checked["scopes"], checked["caps"], checked["auth"]
         version = min(high, PROTOCOL_VERSION)
         if low > high or version < max(low, MIN_PROTOCOL_VERSION):
             raise _invalid(
@@ -1058,7 +1090,7 @@ class GatewayServer:
 
     # -- methods ----------------------------------------------------------------------------------
 
-    async def _chat_send(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    async def _chat_send(self, conn: Connection, params: dict[str, Any]) -> ChatSendResult:
         key = param_str(params, "sessionKey", max_length=512)
         idempotency_key = param_str(params, "idempotencyKey")
         message = param_message(params, "chat.send")
@@ -1141,7 +1173,7 @@ class GatewayServer:
         while len(self._idempotency) > IDEMPOTENCY_MEMORY:
             self._idempotency.popitem(last=False)
 
-    async def _chat_abort(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    async def _chat_abort(self, conn: Connection, params: dict[str, Any]) -> ChatAbortResult:
         key = param_str(params, "sessionKey")
         run_id = param_str(params, "runId", required=False)
         assert key is not None
@@ -1184,7 +1216,7 @@ class GatewayServer:
             each.wake.set()
         return paused
 
-    async def _chat_history(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    async def _chat_history(self, conn: Connection, params: dict[str, Any]) -> ChatHistoryResult:
         """``chat.history {sessionKey, limit?, offset?, maxChars?}``: the last ``limit`` messages
         before the newest ``offset`` ones (with ``offset``: ``totalMessages``, ``hasMore`` and
         ``nextOffset`` to page further back); each text cut to ``maxChars``. Transcript messages
@@ -1204,7 +1236,11 @@ class GatewayServer:
             for message in page:
                 for part in message["content"]:
                     part["text"] = part["text"][:max_chars]
-        result: dict[str, Any] = {"sessionKey": target.key, "sessionId": target.session_id, "messages": page}
+        result: ChatHistoryResult = {
+            "sessionKey": target.key,
+            "sessionId": target.session_id,
+            "messages": page,
+        }
         if offset is not None:
             more = end - limit > 0
             result |= {"offset": offset, "totalMessages": len(messages), "hasMore": more}
@@ -1212,13 +1248,13 @@ class GatewayServer:
                 result["nextOffset"] = offset + len(page)
         return result
 
-    async def _sessions_list(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    async def _sessions_list(self, conn: Connection, params: dict[str, Any]) -> SessionsListResult:
         limit = param_int(params, "limit", minimum=1) or SESSIONS_DEFAULT_LIMIT
         offset = param_int(params, "offset", minimum=0) or 0
         only_agent = param_str(params, "agentId", required=False)
         search = params.get("search")
         search = search.strip().lower() if isinstance(search, str) else ""
-        rows: list[dict[str, Any]] = []
+        rows: list[SessionRow] = []
         for agent in await self._agents():
             agent_id = agent["id"]
             if only_agent is not None and agent_id != only_agent.strip().lower():
@@ -1246,10 +1282,10 @@ class GatewayServer:
         except InvalidWorkspace:
             return None
 
-    def _session_row(self, agent_id: str, services: Services, item: dict[str, Any]) -> dict[str, Any]:
+    def _session_row(self, agent_id: str, services: Services, item: dict[str, Any]) -> SessionRow:
         session_id = str(item["id"])
         title = str(item.get("title") or "")
-        row: dict[str, Any] = {
+        row: SessionRow = {
             "key": f"agent:{agent_id}:{session_id}".lower(),
             "kind": "direct",
             "sessionId": session_id,
@@ -1390,7 +1426,7 @@ class GatewayServer:
             key = f"agent:{agent_id.strip().lower()}:{key}"
         return await self.resolve(key)
 
-    async def _entry(self, target: Target, *, create: bool = False, title: str = "") -> dict[str, Any] | None:
+    async def _entry(self, target: Target, *, create: bool = False, title: str = "") -> SessionRow | None:
         """The session's ``sessions.list`` row; None without a transcript (unless ``create``,
         which makes an empty one titled ``title``)."""
         store = target.services.transcripts
@@ -1406,7 +1442,7 @@ class GatewayServer:
         item = {"id": target.session_id, "title": data["title"], "updated_at": data["updated_at"]}
         return self._session_row(target.agent_id, target.services, item)
 
-    def _mutated(self, target: Target, entry: dict[str, Any] | None, reason: str) -> dict[str, Any]:
+    def _mutated(self, target: Target, entry: SessionRow | None, reason: str) -> dict[str, Any]:
         """A mutation's result (``{ok, key, entry, resolved}``), announced as ``sessions.changed``."""
         changed = session_admin.changed_event(target.key, target.agent_id, reason, target.session_id)
         listeners = [conn for conn in self._readers() if conn.session_events]
@@ -1434,7 +1470,7 @@ class GatewayServer:
             entry = await self._entry(target)
             if entry is None and params.get("allowMissing") is not True:
                 raise _invalid(f"No session found: {target.key}")
-            rows = [
+            rows: list[Mapping[str, Any]] = [
                 entry or {"key": target.key, "agentId": target.agent_id, "displayName": target.session_id}
             ]
         else:
@@ -1503,7 +1539,8 @@ class GatewayServer:
             raise _invalid('invalid sessions.reset params: reason must be "new" or "reset"')
         target = await self._scoped(params)
         try:
-            title = (await self._entry(target) or {}).get("label", "")
+            entry = await self._entry(target)
+            title = "" if entry is None else entry.get("label", "")
         except GatewayError:  # a corrupt transcript: replaced by an empty one
             title = ""
         await self._drop_session(target)
@@ -1593,7 +1630,7 @@ class GatewayServer:
     def _readers(self) -> list[Connection]:
         return [conn for conn in list(self.connections) if conn.connected and conn.can(SCOPE_READ)]
 
-    def _fan_out(self, conns: list[Connection], event: str, payload: dict[str, Any]) -> None:
+    def _fan_out(self, conns: list[Connection], event: str, payload: Mapping[str, Any]) -> None:
         """Queue one event for ``conns``, encoded once (each connection adds its own ``seq``)."""
         if not conns:
             return
@@ -1608,17 +1645,17 @@ class GatewayServer:
             except Exception:
                 log.exception("gateway %s event could not be queued", event)
 
-    def _broadcast_chat(self, gateway_run: GatewayRun, payload: dict[str, Any]) -> None:
+    def _broadcast_chat(self, gateway_run: GatewayRun, payload: ChatState) -> None:
         gateway_run.chat_seq += 1
-        full = {**gateway_run.base(), "seq": gateway_run.chat_seq, **payload}
+        full: ChatEvent = {**gateway_run.base(), "seq": gateway_run.chat_seq, **payload}
         legacy = {name: value for name, value in full.items() if name not in ("deltaText", "replace")}
         readers = self._readers()
         self._fan_out([conn for conn in readers if conn.protocol >= 4], EVENT_CHAT, full)
         self._fan_out([conn for conn in readers if conn.protocol < 4], EVENT_CHAT, legacy)
 
-    def _broadcast_tool(self, gateway_run: GatewayRun, data: dict[str, Any]) -> None:
+    def _broadcast_tool(self, gateway_run: GatewayRun, data: ToolStartData | ToolResultData) -> None:
         gateway_run.agent_seq += 1
-        payload = {
+        payload: AgentEvent = {
             "runId": gateway_run.run_id,
             "seq": gateway_run.agent_seq,
             "stream": "tool",
@@ -1633,7 +1670,7 @@ class GatewayServer:
         sent = gateway_run.sent_text
         if text == sent:
             return
-        payload: dict[str, Any] = {
+        payload: ChatState = {
             "state": "delta",
             "message": assistant_message(text, gateway_run.started_ms),
         }
@@ -1687,7 +1724,7 @@ class GatewayServer:
         await stream.consume(gateway_run.run.events(keepalive=self.delta_interval))
         return stream.end if isinstance(stream.end, RunWaiting) else None
 
-    def _broadcast_terminal(self, gateway_run: GatewayRun, payload: dict[str, Any]) -> None:
+    def _broadcast_terminal(self, gateway_run: GatewayRun, payload: ChatState) -> None:
         """The run's last ``chat`` event; what it still waited for is cancelled first."""
         for approval in list(gateway_run.pending.values()):
             self._settle(approval, wire.CANCELLED)
@@ -1931,11 +1968,11 @@ class GatewayServer:
 
     def _terminal_payload(
         self, gateway_run: GatewayRun, event: RunFinished | RunCancelled | RunFailed
-    ) -> dict[str, Any]:
+    ) -> ChatState:
         # a continuation's own content is only what it added: the gateway run's text spans both
         content = gateway_run.text if gateway_run.resumed else None
         if isinstance(event, RunFinished):
-            payload: dict[str, Any] = {
+            payload: ChatState = {
                 "state": "final",
                 "message": assistant_message(
                     content or event.content or gateway_run.text, gateway_run.started_ms
@@ -1943,7 +1980,7 @@ class GatewayServer:
                 "stopReason": "stop",
             }
             if gateway_run.usage:
-                payload["usage"] = dict(gateway_run.usage)
+                payload["usage"] = gateway_run.usage.copy()
             return payload
         if isinstance(event, RunCancelled):
             return {
@@ -1975,7 +2012,7 @@ def _existing_case(store: TranscriptStore, session_id: str) -> str:
     return session_id
 
 
-def _history(store: TranscriptStore, session_id: str) -> list[dict[str, Any]]:
+def _history(store: TranscriptStore, session_id: str) -> list[ChatMessage]:
     """The visible conversation: user and assistant text, consecutive assistant segments joined
     with a blank line as the ``final`` event joined them. Transcripts keep no time per message, so
     timestamps run from the session's creation to its last update."""
@@ -2046,7 +2083,7 @@ class GatewayStream(EventStream[None]):
 
     def on_tool_start(self, event: ToolStart) -> Iterable[None]:
         self._flush()
-        data = {
+        data: ToolStartData = {
             "phase": "start",
             "name": event.tool,
             "toolCallId": event.call_id,
@@ -2056,7 +2093,7 @@ class GatewayStream(EventStream[None]):
         return ()
 
     def on_tool_end(self, event: ToolEnd) -> Iterable[None]:
-        data = {
+        data: ToolResultData = {
             "phase": "result",
             "name": event.tool,
             "toolCallId": event.call_id,

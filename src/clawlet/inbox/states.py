@@ -59,4 +59,4 @@ def sources_of(target: TaskStatus) -> frozenset[TaskStatus]:
 def parse_status(value: str) -> TaskStatus:
     if value not in STATUSES:
         raise ValueError(f"unknown status {value!r} (one of: {', '.join(STATUSES)})")
-    return value  # type: ignore[return-value]
+    return value

@@ -1,9 +1,12 @@
-"""``EngineAdapter``: runs clawlet's own engine in-process (the seed's "SemiGraph" runtime), on a
-workspace's :class:`EngineHandle`."""
+"""The ``engine`` runtime: clawlet's own engine (the seed's "SemiGraph" runtime) on a workspace's
+:class:`EngineHandle`, in-process (:class:`EngineAdapter`) or on engine workers
+(:class:`~clawlet.runtime.engine_pool.PooledEngineAdapter`), both on :class:`EngineTurns`' bookkeeping."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from abc import abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,18 +49,20 @@ class EngineHandle:
         return self._engine
 
 
-class EngineAdapter(RuntimeAdapter):
-    """A turn at a time on the workspace's engine; the session's state is its transcript and (when
-    paused) its approvals on disk, so the manager drops the adapter between turns."""
+class EngineTurns(RuntimeAdapter):
+    """One session's turns on clawlet's engine, wherever it runs (:meth:`turn_events`): the session's
+    id, how many turns it ran and whether one runs now (its snapshot)."""
 
     supports_approvals = True
-    keeps_state = False
 
-    def __init__(self, engine: AgentEngine) -> None:
-        self.engine = engine
+    def __init__(self) -> None:
         self.session_id: str | None = None
         self.turns = 0
         self.running = False
+
+    @abstractmethod
+    def turn_events(self, data: UserMessage) -> AsyncGenerator[Event, None]:
+        """The engine's events of one turn."""
 
     async def start(self, session_id: str, config: RunConfig) -> None:
         self.session_id = session_id
@@ -65,20 +70,18 @@ class EngineAdapter(RuntimeAdapter):
     async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
         self.turns += 1
         self.running = True
+        events = self.turn_events(data)
         try:
-            async for event in self.engine.stream(
-                data.text, data.history, data.context, pause=data.pause, resume=data.resume
-            ):
-                yield event
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    yield event
         finally:
             self.running = False
 
-    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
-        return self.engine.check_decision(pending, decision)
-
     async def cancel(self) -> None:
-        # Cancellation is delivered by cancelling the task that iterates send_message(); the
-        # engine's subprocesses are killed by their own cancellation handlers.
+        # Cancellation is delivered by cancelling the task that iterates send_message(): it closes
+        # the turn (the engine's subprocesses are killed by their own cancellation handlers, a
+        # worker's turn is cancelled in the worker).
         return None
 
     async def stop(self) -> None:
@@ -91,3 +94,21 @@ class EngineAdapter(RuntimeAdapter):
             "turns": self.turns,
             "running": self.running,
         }
+
+
+class EngineAdapter(EngineTurns):
+    """A turn at a time on the workspace's engine in this process; the session's state is its
+    transcript and (when paused) its approvals on disk, so the manager drops the adapter between
+    turns."""
+
+    keeps_state = False
+
+    def __init__(self, engine: AgentEngine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def turn_events(self, data: UserMessage) -> AsyncGenerator[Event, None]:
+        return self.engine.stream(data.text, data.history, data.context, pause=data.pause, resume=data.resume)
+
+    def check_decision(self, pending: Pending, decision: Decision) -> Decision:
+        return self.engine.check_decision(pending, decision)

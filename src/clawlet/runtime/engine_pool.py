@@ -29,8 +29,8 @@ from typing import Any
 
 from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending, event_from_json
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
-from clawlet.runtime.engine_adapter import EngineHandle
+from clawlet.runtime.base import UserMessage
+from clawlet.runtime.engine_adapter import EngineHandle, EngineTurns
 from clawlet.runtime.process_pipe import LINE_LIMIT, encode_line, encode_message
 from clawlet.secret_env import held_secrets
 
@@ -213,46 +213,17 @@ class EnginePool:
                 await asyncio.gather(worker.reader, return_exceptions=True)
 
 
-class PooledEngineAdapter(RuntimeAdapter):
+class PooledEngineAdapter(EngineTurns):
     """The ``engine`` runtime of one session when turns run on engine workers; the workspace's own
     engine (built in the server when first needed) checks decisions against its tools' schemas."""
 
-    supports_approvals = True
-
     def __init__(self, pool: EnginePool, engine: EngineHandle) -> None:
+        super().__init__()
         self.pool = pool
         self.engine = engine
-        self.session_id: str | None = None
-        self.turns = 0
-        self.running = False
 
-    async def start(self, session_id: str, config: RunConfig) -> None:
-        self.session_id = session_id
-
-    async def send_message(self, data: UserMessage) -> AsyncGenerator[Event, None]:
-        self.turns += 1
-        self.running = True
-        events = self.pool.run(self.engine, data)
-        try:
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    yield event
-        finally:
-            self.running = False
+    def turn_events(self, data: UserMessage) -> AsyncGenerator[Event, None]:
+        return self.pool.run(self.engine, data)
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
         return self.engine.get().check_decision(pending, decision)
-
-    async def cancel(self) -> None:
-        return None  # cancelling the task iterating send_message() closes the turn in the worker
-
-    async def stop(self) -> None:
-        self.session_id = None
-
-    def get_snapshot(self) -> dict[str, Any]:
-        return {
-            "runtime_type": "engine",
-            "session_id": self.session_id,
-            "turns": self.turns,
-            "running": self.running,
-        }

@@ -42,7 +42,7 @@ from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
 from clawlet.events import event_to_json
 from clawlet.runtime.engine_adapter import EngineAdapter
-from clawlet.runtime.process_pipe import decode_message, encode_line, pipe_streams
+from clawlet.runtime.process_pipe import decode_message, encode_line, private_pipe_streams
 from clawlet.secret_env import hold_secrets
 
 log = logging.getLogger(__name__)
@@ -156,14 +156,7 @@ class EngineWorker:
 
 
 async def _worker_main() -> int:
-    # the pipe on private descriptors; fd 0 is /dev/null and fd 1 stderr, so nothing a library or
-    # a tool prints can corrupt a protocol line
-    pipe_in, pipe_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    reader, writer = await pipe_streams(pipe_in, pipe_out)
+    reader, writer = await private_pipe_streams()
     try:
         return await EngineWorker(reader, writer).serve()
     except (BrokenPipeError, ConnectionResetError):

@@ -159,3 +159,15 @@ async def pipe_streams(
         asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb", 0)
     )
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def private_pipe_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over the pipe a child process was given as its fd 0 and 1, moved to private
+    descriptors first: fd 0 becomes /dev/null and fd 1 stderr, so a stray ``print()`` or a
+    subprocess that inherits them can never read or corrupt a protocol line."""
+    pipe_in, pipe_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return await pipe_streams(pipe_in, pipe_out)
