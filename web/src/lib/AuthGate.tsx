@@ -5,6 +5,7 @@
 // Each UI styles the screen in its own CSS (.signin*) and keeps its language under its own key.
 import { createContext, useContext, useEffect, useRef, useState } from 'react'
 import type { FormEvent, ReactNode } from 'react'
+import { useLatest } from '../shared/hooks'
 import { auth, startSession, TOKEN_KEY } from './auth'
 import type { GateState, SignOutReason } from './auth'
 import { defaultLang } from './i18n'
@@ -98,10 +99,8 @@ export interface AuthGateProps {
 
 export function AuthGate({ children, langKey, title, onSignOut }: AuthGateProps) {
   const [gate, setGate] = useState<GateState>({ phase: 'checking' })
-  const gateRef = useRef(gate)
-  gateRef.current = gate
-  const onSignOutRef = useRef(onSignOut)
-  onSignOutRef.current = onSignOut
+  const gateRef = useLatest(gate)
+  const onSignOutRef = useLatest(onSignOut)
 
   useEffect(() => {
     let live = true
@@ -128,7 +127,7 @@ export function AuthGate({ children, langKey, title, onSignOut }: AuthGateProps)
       off()
       window.removeEventListener('storage', storage)
     }
-  }, [])
+  }, [gateRef, onSignOutRef])
 
   if (gate.phase === 'checking') return null
   if (gate.phase === 'out') {

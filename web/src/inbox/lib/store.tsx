@@ -8,6 +8,7 @@ import type { NewAgent } from './api'
 import { connectEvents } from './events'
 import { defaultLang, errorText, translate } from './i18n'
 import type { Lang, MessageKey, Translate } from './i18n'
+import { useLatest } from '../../shared/hooks'
 import { pageHidden, permission, requestPermission, showNotification } from './notify'
 import type { Permission } from './notify'
 import { finishedRun, initialState, optimisticMessage, reducer } from './reducer'
@@ -66,15 +67,13 @@ const InboxContext = createContext<InboxContextValue | null>(null)
 export function InboxProvider({ children, events = true }: { children: ReactNode; events?: boolean }) {
   const persisted = useMemo(loadPersisted, [])
   const [state, dispatch] = useReducer(reducer, persisted.lang ?? defaultLang(), initialState)
-  const stateRef = useRef(state)
-  stateRef.current = state
+  const stateRef = useLatest(state)
   const navigate = useNavigate()
   const [notifyEnabled, setNotifyEnabled] = useState(persisted.notify ?? true)
   const [notifyPermission, setNotifyPermission] = useState<Permission>(permission)
 
   const t = useCallback<Translate>((key, vars) => translate(state.lang, key, vars), [state.lang])
-  const tRef = useRef(t)
-  tRef.current = t
+  const tRef = useLatest(t)
 
   // language and preferences
   useEffect(() => {
@@ -241,7 +240,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         else if (answer === 'denied') dispatch({ type: 'NOTICE', notice: { kind: 'error', text: tRef.current('notificationsBlocked') } })
       },
     }
-  }, [])
+  }, [stateRef, tRef])
 
   const value = useMemo<InboxContextValue>(
     () => ({ state, dispatch, t, actions, notify: { enabled: notifyEnabled && notifyPermission === 'granted', permission: notifyPermission } }),
@@ -259,8 +258,8 @@ export function useInbox(): InboxContextValue {
 /** Run `load` now and every `ms` (the seed's polling fallback: inbox 5 s, detail 3 s); a run
  * never overlaps the previous one. `deps` restart it (e.g. another task, or a reconnect). */
 export function usePolling(load: () => Promise<unknown>, ms: number, deps: unknown[]): void {
-  const loadRef = useRef(load)
-  loadRef.current = load
+  const loadRef = useLatest(load)
+  const restart = JSON.stringify(deps)
   useEffect(() => {
     let stopped = false
     let busy = false
@@ -281,7 +280,7 @@ export function usePolling(load: () => Promise<unknown>, ms: number, deps: unkno
       stopped = true
       clearInterval(timer)
     }
-  }, [ms, ...deps])
+  }, [ms, restart, loadRef])
 }
 
 /** Re-render every `ms` (relative times stay right). */
