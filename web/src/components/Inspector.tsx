@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useMemo, useState } from 'react'
-import { api, ApiError } from '../lib/api'
+import { ApiError } from '../shared/api'
+import { api } from '../lib/api'
 import { useWorkbench } from '../lib/store'
 import type { SkillsResponse } from '../lib/types'
 import { ApprovalPolicies } from './ApprovalPolicies'

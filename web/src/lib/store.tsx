@@ -2,7 +2,8 @@
 // the actions that talk to the API. The reducer is pure and exported for the unit tests.
 import { createContext, useCallback, useContext, useEffect, useMemo, useReducer, useRef } from 'react'
 import type { ReactNode } from 'react'
-import { api, ApiError, streamChat, streamDecision } from './api'
+import { ApiError } from '../shared/api'
+import { api, streamChat, streamDecision } from './api'
 import { defaultLang, translate } from './i18n'
 import type { Lang, MessageKey } from './i18n'
 import type {

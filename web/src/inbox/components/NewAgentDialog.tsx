@@ -2,7 +2,7 @@
 // and a model picker (the models of openclaw.json, or just the default).
 import { useEffect, useRef, useState } from 'react'
 import type { FormEvent, ReactNode } from 'react'
-import { ApiError } from '../lib/api'
+import { ApiError } from '../../shared/api'
 import { AGENT_DESCRIPTION_MAX, AGENT_ID_MAX, AGENT_NAME_MAX } from '../lib/api'
 import { errorText } from '../lib/i18n'
 import { useInbox } from '../lib/store'
