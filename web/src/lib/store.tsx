@@ -4,8 +4,10 @@ import { createContext, useCallback, useContext, useEffect, useMemo, useReducer,
 import type { ReactNode } from 'react'
 import { ApiError } from '../shared/api'
 import { api, streamChat, streamDecision } from './api'
-import { defaultLang, translate } from './i18n'
-import type { Lang, MessageKey } from './i18n'
+import { defaultLang, htmlLang } from '../shared/i18n'
+import type { Lang, Vars } from '../shared/i18n'
+import { translate } from './i18n'
+import type { MessageKey } from './i18n'
 import type {
   ApprovalCard,
   ChatEvent,
@@ -579,7 +581,7 @@ function messageOf(error: unknown): string {
 export interface Workbench {
   state: WorkbenchState
   dispatch: React.Dispatch<Action>
-  t: (key: MessageKey, vars?: Record<string, string | number>) => string
+  t: (key: MessageKey, vars?: Vars) => string
   actions: {
     refreshSessions: () => Promise<void>
     newSession: () => Promise<void>
@@ -615,11 +617,11 @@ export function WorkbenchProvider({ children }: { children: ReactNode }) {
     const persisted: Persisted = { theme: state.theme, lang: state.lang, widths: state.widths }
     localStorage.setItem(STORAGE_KEY, JSON.stringify(persisted))
     document.documentElement.dataset.theme = state.theme
-    document.documentElement.lang = state.lang === 'zh' ? 'zh-CN' : 'en'
+    document.documentElement.lang = htmlLang(state.lang)
   }, [state.theme, state.lang, state.widths])
 
   const t = useCallback(
-    (key: MessageKey, vars?: Record<string, string | number>) => translate(state.lang, key, vars),
+    (key: MessageKey, vars?: Vars) => translate(state.lang, key, vars),
     [state.lang],
   )
 

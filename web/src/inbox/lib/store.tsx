@@ -7,8 +7,10 @@ import { ApiError } from '../../shared/api'
 import { api, onReachability } from './api'
 import type { NewAgent } from './api'
 import { connectEvents } from './events'
-import { defaultLang, errorText, translate } from './i18n'
-import type { Lang, MessageKey, Translate } from './i18n'
+import { defaultLang, htmlLang } from '../../shared/i18n'
+import type { Lang, Vars } from '../../shared/i18n'
+import { errorText, translate } from './i18n'
+import type { MessageKey, Translate } from './i18n'
 import { useLatest } from '../../shared/hooks'
 import { pageHidden, permission, requestPermission, showNotification } from './notify'
 import type { Permission } from './notify'
@@ -52,7 +54,7 @@ export interface InboxActions {
   toggleNotifications(): Promise<void>
   /** Show an API failure as a notice, in words. */
   fail(error: unknown): void
-  say(key: MessageKey, vars?: Record<string, string | number>): void
+  say(key: MessageKey, vars?: Vars): void
 }
 
 interface InboxContextValue {
@@ -79,7 +81,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
   // language and preferences
   useEffect(() => {
     localStorage.setItem(STORAGE_KEY, JSON.stringify({ lang: state.lang, notify: notifyEnabled } satisfies Persisted))
-    document.documentElement.lang = state.lang === 'zh' ? 'zh-CN' : 'en'
+    document.documentElement.lang = htmlLang(state.lang)
     document.title = translate(state.lang, 'appTitle')
   }, [state.lang, notifyEnabled])
 
@@ -122,7 +124,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
 
   const actions = useMemo<InboxActions>(() => {
     const fail = (error: unknown) => dispatch({ type: 'NOTICE', notice: { kind: 'error', text: errorText(tRef.current, error) } })
-    const say = (key: MessageKey, vars?: Record<string, string | number>) =>
+    const say = (key: MessageKey, vars?: Vars) =>
       dispatch({ type: 'NOTICE', notice: { kind: 'info', text: tRef.current(key, vars) } })
 
     const loadMessages = async (taskId: string) => {
