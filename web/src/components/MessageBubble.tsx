@@ -1,12 +1,12 @@
-import { useState } from 'react'
-import { useWorkbench } from '../lib/store'
+import { memo, useState } from 'react'
+import { useT } from '../lib/store'
 import type { ChatMessage } from '../lib/types'
 import { ApprovalCardView } from './ApprovalCard'
 import { ChevronIcon, PauseIcon } from './Icons'
 import { Markdown } from './Markdown'
 
 function ThoughtChain({ message }: { message: ChatMessage }) {
-  const { t } = useWorkbench()
+  const t = useT()
   const [open, setOpen] = useState(true)
   return (
     <div className="thought-chain" data-testid="thought-chain">
@@ -42,7 +42,7 @@ function ThoughtChain({ message }: { message: ChatMessage }) {
 }
 
 function RetrievalCard({ retrieval }: { retrieval: ChatMessage['retrievals'][number] }) {
-  const { t } = useWorkbench()
+  const t = useT()
   const [open, setOpen] = useState(false)
   return (
     <div className="retrieval-card" data-testid="retrieval-card">
@@ -64,8 +64,9 @@ function RetrievalCard({ retrieval }: { retrieval: ChatMessage['retrievals'][num
   )
 }
 
-export function MessageBubble({ message }: { message: ChatMessage }) {
-  const { t } = useWorkbench()
+/** One bubble; memo: while a reply streams, only its own bubble re-renders. */
+export const MessageBubble = memo(function MessageBubble({ message }: { message: ChatMessage }) {
+  const t = useT()
   if (message.role === 'summary') {
     return (
       <div className="bubble summary" data-testid="summary-bubble">
@@ -98,4 +99,4 @@ export function MessageBubble({ message }: { message: ChatMessage }) {
       </div>
     </div>
   )
-}
+})

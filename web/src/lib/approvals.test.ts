@@ -3,8 +3,9 @@ import { parseChatEvent } from './api'
 import { parseArgs } from './approvals'
 import { SSEParser } from './sse'
 import type { SSEMessage } from './sse'
-import { historyToMessages, initialState, reducer, renderToolInput } from './store'
-import type { Action, WorkbenchState } from './store'
+import { historyToMessages, renderToolInput } from './chat'
+import { initialState, reducer } from './reducer'
+import type { Action, WorkbenchState } from './reducer'
 import type { ChatEvent, PendingQuestion, PendingTool } from './types'
 
 function run(state: WorkbenchState, ...actions: Action[]): WorkbenchState {
