@@ -4,9 +4,10 @@
 // stays, read-only, showing what was decided.
 import { useState } from 'react'
 import { useActions, useT, useWorkbenchState } from '../lib/store'
-import type { ApprovalCard as Card, Decision, PendingQuestion, PendingTool } from '../lib/types'
+import type { ApprovalCard as Card, Decision } from '../lib/types'
+import type { DecisionType, PendingQuestion, PendingTool } from '../shared/pending'
 import { parseArgs } from '../lib/approvals'
-import { QuestionIcon, ShieldIcon } from './Icons'
+import { QuestionIcon, ShieldIcon } from '../shared/Icons'
 
 function pretty(args: Record<string, unknown>): string {
   return JSON.stringify(args, null, 2)
@@ -62,7 +63,7 @@ function ToolApproval({ card, item }: { card: Card; item: PendingTool }) {
   const [draft, setDraft] = useState(() => pretty(item.args))
   const [reason, setReason] = useState('')
   const open = card.status === 'pending'
-  const allowed = (d: string) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
+  const allowed = (d: DecisionType) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
   const parsed = parseArgs(draft)
   const decide = (decision: Decision) => {
     setMode('view')
@@ -153,7 +154,7 @@ function QuestionCard({ card, item }: { card: Card; item: PendingQuestion }) {
   const busy = useWorkbenchState((state) => state.streaming)
   const [answer, setAnswer] = useState('')
   const open = card.status === 'pending'
-  const allowed = (d: string) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
+  const allowed = (d: DecisionType) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
   const submit = () => {
     if (!answer.trim() || busy) return
     void actions.decide(item.approval_id, { decision: 'answer', message: answer.trim() })

@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from 'react'
 import { useActions, useT, useWorkbenchState } from '../lib/store'
 import { Dialog } from './Dialog'
-import { PauseIcon, SendIcon, StopIcon, WrenchIcon } from './Icons'
+import { PauseIcon, SendIcon, StopIcon, WrenchIcon } from '../shared/Icons'
 import { MessageBubble } from './MessageBubble'
 
 function RawView() {

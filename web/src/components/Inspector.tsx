@@ -4,7 +4,7 @@ import { api } from '../lib/api'
 import { useActions, useT, useWorkbenchState } from '../lib/store'
 import type { SkillsResponse } from '../lib/types'
 import { ApprovalPolicies } from './ApprovalPolicies'
-import { SaveIcon } from './Icons'
+import { SaveIcon } from '../shared/Icons'
 import { MonacoEditor } from './MonacoEditor'
 
 const CORE_FILES = [

@@ -1,9 +1,14 @@
 import { memo, useState } from 'react'
+import rehypeHighlight from 'rehype-highlight'
 import { useT } from '../lib/store'
 import type { ChatMessage } from '../lib/types'
 import { ApprovalCardView } from './ApprovalCard'
-import { ChevronIcon, PauseIcon } from './Icons'
-import { Markdown } from './Markdown'
+import { ChevronIcon, PauseIcon } from '../shared/Icons'
+import { Markdown } from '../shared/Markdown'
+import type { Plugins } from '../shared/Markdown'
+
+/** Code blocks highlighted (highlight.js, the language detected when not given). */
+const HIGHLIGHT: Plugins = [[rehypeHighlight, { detect: true, ignoreMissing: true }]]
 
 function ThoughtChain({ message }: { message: ChatMessage }) {
   const t = useT()
@@ -71,7 +76,7 @@ export const MessageBubble = memo(function MessageBubble({ message }: { message:
     return (
       <div className="bubble summary" data-testid="summary-bubble">
         <div className="tool-label">{t('summary')}</div>
-        <Markdown text={message.content} />
+        <Markdown text={message.content} rehypePlugins={HIGHLIGHT} />
       </div>
     )
   }
@@ -87,7 +92,7 @@ export const MessageBubble = memo(function MessageBubble({ message }: { message:
     <div className="row assistant">
       <div className={message.streaming ? 'bubble assistant streaming' : 'bubble assistant'} data-testid="assistant-bubble">
         {message.retrievals.map((r, i) => <RetrievalCard key={i} retrieval={r} />)}
-        {message.content && <Markdown text={message.content} />}
+        {message.content && <Markdown text={message.content} rehypePlugins={HIGHLIGHT} />}
         {empty && message.streaming && <span className="typing"><i /><i /><i /></span>}
         {message.toolCalls.length > 0 && <ThoughtChain message={message} />}
         {(message.approvals ?? []).map((card) => <ApprovalCardView key={card.item.approval_id} card={card} />)}

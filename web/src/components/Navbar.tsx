@@ -1,6 +1,6 @@
 import { authText, useAuth } from '../lib/AuthGate'
 import { useActions, useDispatch, useT, useWorkbenchState } from '../lib/store'
-import { ClawIcon, MoonIcon, SunIcon } from './Icons'
+import { ClawIcon, MoonIcon, SunIcon } from '../shared/Icons'
 
 export function Navbar() {
   const model = useWorkbenchState((state) => state.status?.model)

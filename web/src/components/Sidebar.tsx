@@ -1,7 +1,7 @@
 import { useState } from 'react'
 import { useActions, useT, useWorkbenchState } from '../lib/store'
 import { Dialog } from './Dialog'
-import { EditIcon, ListIcon, PauseIcon, PlusIcon, TrashIcon } from './Icons'
+import { EditIcon, ListIcon, PauseIcon, PlusIcon, TrashIcon } from '../shared/Icons'
 
 export function Sidebar() {
   const sessions = useWorkbenchState((state) => state.sessions)

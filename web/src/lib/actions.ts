@@ -4,7 +4,8 @@ import { ApiError } from '../shared/api'
 import { api, streamChat, streamDecision } from './api'
 import { translate } from './i18n'
 import type { Notice, WorkbenchStore } from './reducer'
-import type { Decision, PendingItem, SessionSummary } from './types'
+import type { PendingItem } from '../shared/pending'
+import type { Decision, SessionSummary } from './types'
 
 export interface WorkbenchActions {
   refreshSessions: () => Promise<void>

@@ -6,7 +6,8 @@ import type { SSEMessage } from './sse'
 import { historyToMessages, renderToolInput } from './chat'
 import { initialState, reducer } from './reducer'
 import type { Action, WorkbenchState } from './reducer'
-import type { ChatEvent, PendingQuestion, PendingTool } from './types'
+import type { PendingQuestion, PendingTool } from '../shared/pending'
+import type { ChatEvent } from './types'
 
 function run(state: WorkbenchState, ...actions: Action[]): WorkbenchState {
   return actions.reduce(reducer, state)

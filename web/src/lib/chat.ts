@@ -1,6 +1,7 @@
 // The workbench's chat as bubbles: a stored transcript turned into bubbles, and the pure changes the
 // reducer makes to them (tool calls, approval and question cards). No React, no state.
-import type { ApprovalCard, ChatMessage, PendingItem, SessionHistory, ToolCallView } from './types'
+import type { PendingItem } from '../shared/pending'
+import type { ApprovalCard, ChatMessage, SessionHistory, ToolCallView } from './types'
 
 let counter = 0
 export function newId(prefix = 'm'): string {

@@ -1,6 +1,7 @@
 // The workbench's state and its reducer (pure: the unit tests drive it; lib/store.tsx holds it and
 // the actions that talk to the API), and the preferences it keeps in localStorage.
 import { defaultLang } from '../shared/i18n'
+import type { PendingItem } from '../shared/pending'
 import type { Store } from '../shared/store'
 import type { Lang } from '../shared/i18n'
 import {
@@ -21,7 +22,6 @@ import type {
   ChatEvent,
   ChatMessage,
   Decision,
-  PendingItem,
   RawMessages,
   SessionHistory,
   SessionSummary,

@@ -3,7 +3,7 @@
 import { clockTime } from '../lib/i18n'
 import { useInbox } from '../lib/store'
 import type { ClientMessage } from '../lib/types'
-import { Markdown } from './Markdown'
+import { Markdown } from '../../shared/Markdown'
 
 export function MessageBubble({ message }: { message: ClientMessage }) {
   const { t, actions } = useInbox()

@@ -10,7 +10,7 @@ import { useLatest } from '../../shared/hooks'
 import type { Agent } from '../lib/types'
 import { validateAgent } from '../lib/validate'
 import type { AgentDraft, AgentErrors } from '../lib/validate'
-import { CloseIcon } from './Icons'
+import { CloseIcon } from '../../shared/Icons'
 
 export function NewAgentDialog({ onClose, onCreated }: { onClose: () => void; onCreated: (agent: Agent) => void }) {
   const { state, t, actions } = useInbox()

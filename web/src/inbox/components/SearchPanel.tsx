@@ -8,7 +8,7 @@ import { errorText, relativeTime } from '../lib/i18n'
 import { useInbox, useNow } from '../lib/store'
 import { useLatest } from '../../shared/hooks'
 import type { Task } from '../lib/types'
-import { CloseIcon, SearchIcon } from './Icons'
+import { CloseIcon, SearchIcon } from '../../shared/Icons'
 import { TaskStatusBadge } from './TaskStatusBadge'
 import { plainPreview } from './TaskItem'
 
