@@ -179,6 +179,11 @@ export function historyToMessages(history: SessionHistory, pending: PendingItem[
   return pending.length > 0 ? attachPending(out, pending) : out
 }
 
+/** The bubbles with none streaming any more. */
+export function settled(messages: ChatMessage[]): ChatMessage[] {
+  return messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
+}
+
 export function updateLastAssistant(messages: ChatMessage[], change: (m: ChatMessage) => ChatMessage): ChatMessage[] {
   for (let i = messages.length - 1; i >= 0; i--) {
     if (messages[i].role === 'assistant') {

@@ -13,6 +13,7 @@ import {
   markAwaiting,
   newId,
   renderToolInput,
+  settled,
   updateCard,
   updateLastAssistant,
   withCard,
@@ -159,7 +160,7 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
       return { ...state, messages: updateLastAssistant(state.messages, (m) => withCard(m, item)) }
     }
     case 'waiting': {
-      let messages = state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
+      let messages = settled(state.messages)
       for (const item of event.pending ?? []) {
         if (!hasCard(messages, item.approval_id)) messages = updateLastAssistant(messages, (m) => withCard(m, item))
       }
@@ -167,15 +168,13 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
       return { ...state, messages, streaming: false, waiting }
     }
     case 'new_response': {
-      const closed = state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
+      const closed = settled(state.messages)
       return { ...state, messages: [...closed, assistantBubble()] }
     }
     case 'done': {
-      let messages = state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m))
+      let messages = settled(state.messages)
       if (event.cancelled) messages = updateLastAssistant(messages, (m) => ({ ...m, cancelled: true, streaming: false }))
-      const waiting = { ...state.waiting }
-      if (event.session_id) delete waiting[event.session_id]
-      return { ...state, messages, streaming: false, waiting }
+      return { ...state, messages, streaming: false, waiting: without(state.waiting, event.session_id) }
     }
     case 'title':
       return {
@@ -184,11 +183,18 @@ function applyEvent(state: WorkbenchState, event: ChatEvent): WorkbenchState {
       }
     case 'error': {
       const messages = updateLastAssistant(state.messages, (m) => ({ ...m, error: event.error, streaming: false }))
-      return { ...state, messages: messages.map((m) => (m.streaming ? { ...m, streaming: false } : m)), streaming: false }
+      return { ...state, messages: settled(messages), streaming: false }
     }
     default:
       return state
   }
+}
+
+/** `waiting` without the session `id` (none when there is no id). */
+function without(waiting: Record<string, boolean>, id: string | null | undefined): Record<string, boolean> {
+  if (!id) return waiting
+  const { [id]: _dropped, ...rest } = waiting
+  return rest
 }
 
 export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
@@ -256,7 +262,7 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
       return {
         ...state,
         streaming: false,
-        messages: state.messages.map((m) => (m.streaming ? { ...m, streaming: false } : m)),
+        messages: settled(state.messages),
       }
     case 'stream_failed':
       return applyEvent(state, { type: 'error', error: action.error })
@@ -296,9 +302,7 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
           message: { ...message, toolCalls: calls, streaming: true, error: undefined, cancelled: undefined },
         }
       })
-      const waiting = { ...state.waiting }
-      if (state.currentId) delete waiting[state.currentId]
-      return { ...state, messages, streaming: true, waiting }
+      return { ...state, messages, streaming: true, waiting: without(state.waiting, state.currentId) }
     }
     case 'decide_accepted':
       return {
@@ -306,7 +310,7 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
         messages: updateCard(state.messages, action.approvalId, (card) => ({ card: { ...card, status: 'decided' } })),
       }
     case 'decide_failed': {
-      const messages = updateCard(state.messages, action.approvalId, (card, message) => {
+      const messages = settled(updateCard(state.messages, action.approvalId, (card, message) => {
         const status = action.status
         const calls =
           status === 'pending'
@@ -316,18 +320,14 @@ export function reducer(state: WorkbenchState, action: Action): WorkbenchState {
           card: { ...card, status, error: action.error, decision: status === 'pending' ? undefined : action.decision ?? card.decision },
           message: { ...message, toolCalls: calls, streaming: false },
         }
-      }).map((m) => (m.streaming ? { ...m, streaming: false } : m))
+      }))
       const stillPending = messages.some((m) => (m.approvals ?? []).some((c) => c.status === 'pending'))
-      const waiting = { ...state.waiting }
-      if (state.currentId) {
-        if (stillPending) waiting[state.currentId] = true
-        else delete waiting[state.currentId]
-      }
+      const waiting =
+        state.currentId && stillPending ? { ...state.waiting, [state.currentId]: true } : without(state.waiting, state.currentId)
       return { ...state, messages, streaming: false, waiting }
     }
     case 'waiting_cancelled': {
-      const waiting = { ...state.waiting }
-      delete waiting[action.sessionId]
+      const waiting = without(state.waiting, action.sessionId)
       if (state.currentId !== action.sessionId) return { ...state, waiting }
       const messages = state.messages.map((m) => {
         if (!(m.approvals ?? []).some((c) => c.status === 'pending')) return m
