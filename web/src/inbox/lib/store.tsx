@@ -1,6 +1,7 @@
-// The inbox store: one React context around the reducer (seed §8.1), the global SSE connection
-// (§8.2), the API actions with optimistic user messages (§8.3), notifications and preferences.
-import { createContext, useCallback, useContext, useEffect, useMemo, useReducer, useRef, useState } from 'react'
+// The inbox store: the reducer's state (seed §8.1) in the shared store (src/shared/store.ts) and
+// one React context, the global SSE connection (§8.2), the API actions with optimistic user
+// messages (§8.3), notifications and preferences.
+import { createContext, useCallback, useContext, useEffect, useMemo, useRef, useState } from 'react'
 import type { ReactNode } from 'react'
 import { useNavigate } from 'react-router-dom'
 import { ApiError } from '../../shared/api'
@@ -12,6 +13,7 @@ import type { Lang, Vars } from '../../shared/i18n'
 import { errorText, translate } from './i18n'
 import type { MessageKey, Translate } from './i18n'
 import { useLatest } from '../../shared/hooks'
+import { createStore, useSelector } from '../../shared/store'
 import { pageHidden, permission, requestPermission, showNotification } from './notify'
 import type { Permission } from './notify'
 import { finishedRun, initialState, optimisticMessage, reducer } from './reducer'
@@ -69,8 +71,10 @@ const InboxContext = createContext<InboxContextValue | null>(null)
 
 export function InboxProvider({ children, events = true }: { children: ReactNode; events?: boolean }) {
   const persisted = useMemo(loadPersisted, [])
-  const [state, dispatch] = useReducer(reducer, persisted.lang ?? defaultLang(), initialState)
-  const stateRef = useLatest(state)
+  const store = useMemo(() => createStore(reducer, initialState(persisted.lang ?? defaultLang())), [persisted])
+  const { dispatch } = store
+  // the pages show most of the state: every change re-renders them
+  const state = useSelector(store, (current) => current)
   const navigate = useNavigate()
   const [notifyEnabled, setNotifyEnabled] = useState(persisted.notify ?? true)
   const [notifyPermission, setNotifyPermission] = useState<Permission>(permission)
@@ -86,7 +90,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
   }, [state.lang, notifyEnabled])
 
   // the global SSE connection, and whether answers come from the network
-  useEffect(() => (events ? connectEvents(dispatch) : undefined), [events])
+  useEffect(() => (events ? connectEvents(dispatch) : undefined), [events, dispatch])
   useEffect(() => {
     onReachability((reach) => dispatch({ type: 'OFFLINE', offline: reach !== 'online' }))
     const offline = () => dispatch({ type: 'OFFLINE', offline: true })
@@ -96,14 +100,14 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
       onReachability(null)
       window.removeEventListener('offline', offline)
     }
-  }, [])
+  }, [dispatch])
 
   // an info notice goes away by itself
   useEffect(() => {
     if (state.notice?.kind !== 'info') return
     const timer = setTimeout(() => dispatch({ type: 'NOTICE', notice: null }), 3500)
     return () => clearTimeout(timer)
-  }, [state.notice])
+  }, [state.notice, dispatch])
 
   // a notification when a run ends while the page is hidden
   const statuses = useRef<Map<string, TaskStatus>>(new Map())
@@ -167,7 +171,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         }
       },
       loadTasks: async (agentId?: string) => {
-        const seq = stateRef.current.seq
+        const seq = store.getState().seq
         const tasks = await api.tasks({ agentId, limit: LIST_LIMIT })
         dispatch({ type: 'SET_TASKS', tasks, agentId, seq })
       },
@@ -243,11 +247,11 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         else if (answer === 'denied') dispatch({ type: 'NOTICE', notice: { kind: 'error', text: tRef.current('notificationsBlocked') } })
       },
     }
-  }, [stateRef, tRef])
+  }, [store, dispatch, tRef])
 
   const value = useMemo<InboxContextValue>(
     () => ({ state, dispatch, t, actions, notify: { enabled: notifyEnabled && notifyPermission === 'granted', permission: notifyPermission } }),
-    [state, t, actions, notifyEnabled, notifyPermission],
+    [state, dispatch, t, actions, notifyEnabled, notifyPermission],
   )
   return <InboxContext.Provider value={value}>{children}</InboxContext.Provider>
 }
