@@ -1,9 +1,9 @@
 // The workbench's state and its reducer (pure: the unit tests drive it; lib/store.tsx holds it and
 // the actions that talk to the API), and the preferences it keeps in localStorage.
 import { defaultLang } from '../shared/i18n'
+import type { Lang } from '../shared/i18n'
 import type { PendingItem } from '../shared/pending'
 import type { Store } from '../shared/store'
-import type { Lang } from '../shared/i18n'
 import {
   assistantBubble,
   awaitingCall,
