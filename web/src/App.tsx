@@ -1,4 +1,4 @@
-import { useWorkbench } from './lib/store'
+import { useDispatch, useT, useWorkbenchState } from './lib/store'
 import { Navbar } from './components/Navbar'
 import { Sidebar } from './components/Sidebar'
 import { ChatPanel } from './components/ChatPanel'
@@ -6,32 +6,35 @@ import { Inspector } from './components/Inspector'
 import { Splitter } from './components/Splitter'
 
 export default function App() {
-  const { state, dispatch, t } = useWorkbench()
+  const notice = useWorkbenchState((state) => state.notice)
+  const widths = useWorkbenchState((state) => state.widths)
+  const dispatch = useDispatch()
+  const t = useT()
   return (
     <div className="app">
       <div className="backdrop" aria-hidden="true" />
       <Navbar />
-      {state.notice && (
-        <div className={`notice ${state.notice.kind}`} role={state.notice.kind === 'error' ? 'alert' : 'status'}
+      {notice && (
+        <div className={`notice ${notice.kind}`} role={notice.kind === 'error' ? 'alert' : 'status'}
           data-testid="notice">
-          <span>{state.notice.text}</span>
+          <span>{notice.text}</span>
           <button className="btn ghost small" onClick={() => dispatch({ type: 'notice', notice: null })}>
             {t('dismiss')}
           </button>
         </div>
       )}
       <main className="panes">
-        <aside className="pane glass" style={{ width: state.widths.left }} data-testid="sidebar">
+        <aside className="pane glass" style={{ width: widths.left }} data-testid="sidebar">
           <Sidebar />
         </aside>
-        <Splitter side="left" testId="splitter-left" width={state.widths.left}
+        <Splitter side="left" testId="splitter-left" width={widths.left}
           onResize={(left) => dispatch({ type: 'widths', left })} />
         <section className="pane glass center">
           <ChatPanel />
         </section>
-        <Splitter side="right" testId="splitter-right" width={state.widths.right}
+        <Splitter side="right" testId="splitter-right" width={widths.right}
           onResize={(right) => dispatch({ type: 'widths', right })} />
-        <aside className="pane glass" style={{ width: state.widths.right }} data-testid="inspector">
+        <aside className="pane glass" style={{ width: widths.right }} data-testid="inspector">
           <Inspector />
         </aside>
       </main>

@@ -3,17 +3,18 @@
 // /api/sessions/{id}/approvals/{approval_id}; the continuation streams into the chat. A decided card
 // stays, read-only, showing what was decided.
 import { useState } from 'react'
-import { useWorkbench } from '../lib/store'
-import type { ApprovalCard as Card, Decision, PendingQuestion, PendingTool } from '../lib/types'
+import { useActions, useT, useWorkbenchState } from '../lib/store'
+import type { ApprovalCard as Card, Decision } from '../lib/types'
+import type { DecisionType, PendingQuestion, PendingTool } from '../shared/pending'
 import { parseArgs } from '../lib/approvals'
-import { QuestionIcon, ShieldIcon } from './Icons'
+import { QuestionIcon, ShieldIcon } from '../shared/Icons'
 
 function pretty(args: Record<string, unknown>): string {
   return JSON.stringify(args, null, 2)
 }
 
 function Outcome({ card }: { card: Card }) {
-  const { t } = useWorkbench()
+  const t = useT()
   if (card.status === 'sending') {
     return (
       <div className="card-outcome muted" data-testid="card-sending">
@@ -55,13 +56,14 @@ function CardError({ card }: { card: Card }) {
 }
 
 function ToolApproval({ card, item }: { card: Card; item: PendingTool }) {
-  const { state, t, actions } = useWorkbench()
+  const t = useT()
+  const actions = useActions()
+  const busy = useWorkbenchState((state) => state.streaming)
   const [mode, setMode] = useState<'view' | 'edit' | 'reject'>('view')
   const [draft, setDraft] = useState(() => pretty(item.args))
   const [reason, setReason] = useState('')
   const open = card.status === 'pending'
-  const busy = state.streaming
-  const allowed = (d: string) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
+  const allowed = (d: DecisionType) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
   const parsed = parseArgs(draft)
   const decide = (decision: Decision) => {
     setMode('view')
@@ -147,11 +149,12 @@ function ToolApproval({ card, item }: { card: Card; item: PendingTool }) {
 }
 
 function QuestionCard({ card, item }: { card: Card; item: PendingQuestion }) {
-  const { state, t, actions } = useWorkbench()
+  const t = useT()
+  const actions = useActions()
+  const busy = useWorkbenchState((state) => state.streaming)
   const [answer, setAnswer] = useState('')
   const open = card.status === 'pending'
-  const busy = state.streaming
-  const allowed = (d: string) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
+  const allowed = (d: DecisionType) => item.allowed_decisions.length === 0 || item.allowed_decisions.includes(d)
   const submit = () => {
     if (!answer.trim() || busy) return
     void actions.decide(item.approval_id, { decision: 'answer', message: answer.trim() })

@@ -2,13 +2,15 @@
 // saved through GET/PUT /api/config/tool-approvals. A change is saved at once.
 import { useCallback, useEffect, useState } from 'react'
 import { api } from '../lib/api'
-import { ASK_USER_TOOL, useWorkbench } from '../lib/store'
+import { ASK_USER_TOOL } from '../lib/chat'
+import { useActions, useT } from '../lib/store'
 import type { Policy, ToolApprovals } from '../lib/types'
 
 const POLICIES: Policy[] = ['allow', 'ask', 'deny']
 
 export function ApprovalPolicies() {
-  const { t, actions } = useWorkbench()
+  const t = useT()
+  const actions = useActions()
   const [data, setData] = useState<ToolApprovals | null>(null)
   const [saving, setSaving] = useState(false)
 

@@ -1,16 +1,17 @@
 import { useEffect, useRef, useState } from 'react'
-import { useWorkbench } from '../lib/store'
+import { useActions, useT, useWorkbenchState } from '../lib/store'
 import { Dialog } from './Dialog'
-import { PauseIcon, SendIcon, StopIcon, WrenchIcon } from './Icons'
+import { PauseIcon, SendIcon, StopIcon, WrenchIcon } from '../shared/Icons'
 import { MessageBubble } from './MessageBubble'
 
 function RawView() {
-  const { state, t } = useWorkbench()
-  if (!state.raw) return <div className="muted pad">{t('loading')}</div>
+  const raw = useWorkbenchState((state) => state.raw)
+  const t = useT()
+  if (!raw) return <div className="muted pad">{t('loading')}</div>
   return (
     <div className="raw-view" data-testid="raw-view">
       <p className="muted small">{t('rawHint')}</p>
-      {state.raw.messages.map((m, i) => (
+      {raw.messages.map((m, i) => (
         <div key={i} className={`raw-message role-${m.role}`} data-testid="raw-message">
           <div className="raw-role">{m.role}</div>
           <pre>{m.content}</pre>
@@ -21,20 +22,26 @@ function RawView() {
 }
 
 export function ChatPanel() {
-  const { state, t, actions } = useWorkbench()
+  const t = useT()
+  const actions = useActions()
+  const current = useWorkbenchState((state) => state.sessions.find((s) => s.id === state.currentId))
+  const currentId = useWorkbenchState((state) => state.currentId)
+  const streaming = useWorkbenchState((state) => state.streaming)
+  const compressing = useWorkbenchState((state) => state.compressing)
+  const view = useWorkbenchState((state) => state.view)
+  const messages = useWorkbenchState((state) => state.messages)
+  const waiting = useWorkbenchState((state) => !!state.currentId && !!state.waiting[state.currentId] && !state.streaming)
   const [text, setText] = useState('')
   const [confirming, setConfirming] = useState(false)
   const scroller = useRef<HTMLDivElement>(null)
-  const current = state.sessions.find((s) => s.id === state.currentId)
-  const waiting = !!state.currentId && !!state.waiting[state.currentId] && !state.streaming
 
   useEffect(() => {
     const el = scroller.current
     if (el) el.scrollTop = el.scrollHeight
-  }, [state.messages])
+  }, [messages])
 
   const submit = () => {
-    if (!text.trim() || state.streaming || waiting) return
+    if (!text.trim() || streaming || waiting) return
     const message = text
     setText('')
     void actions.send(message)
@@ -56,17 +63,17 @@ export function ChatPanel() {
           </span>
         )}
         <button className="btn ghost icon" title={t('compress')} aria-label={t('compress')} data-testid="compress-button"
-          disabled={!state.currentId || state.streaming || state.compressing} onClick={() => setConfirming(true)}>
+          disabled={!currentId || streaming || compressing} onClick={() => setConfirming(true)}>
           <WrenchIcon />
         </button>
       </div>
       <div className="messages" ref={scroller} data-testid="messages">
-        {state.view === 'raw' ? (
+        {view === 'raw' ? (
           <RawView />
-        ) : state.messages.length === 0 ? (
+        ) : messages.length === 0 ? (
           <div className="empty-chat muted">{t('emptyChat')}</div>
         ) : (
-          state.messages.map((m) => <MessageBubble key={m.id} message={m} />)
+          messages.map((m) => <MessageBubble key={m.id} message={m} />)
         )}
       </div>
       <div className="composer">
@@ -79,7 +86,7 @@ export function ChatPanel() {
               submit()
             }
           }} />
-        {state.streaming ? (
+        {streaming ? (
           <button className="btn danger" onClick={() => void actions.stop()} data-testid="stop-button">
             <StopIcon /> {t('stop')}
           </button>

@@ -1,9 +1,10 @@
 import { useCallback, useEffect, useMemo, useState } from 'react'
-import { api, ApiError } from '../lib/api'
-import { useWorkbench } from '../lib/store'
+import { ApiError } from '../shared/api'
+import { api } from '../lib/api'
+import { useActions, useT, useWorkbenchState } from '../lib/store'
 import type { SkillsResponse } from '../lib/types'
 import { ApprovalPolicies } from './ApprovalPolicies'
-import { SaveIcon } from './Icons'
+import { SaveIcon } from '../shared/Icons'
 import { MonacoEditor } from './MonacoEditor'
 
 const CORE_FILES = [
@@ -16,7 +17,9 @@ const CORE_FILES = [
 ]
 
 export function Inspector() {
-  const { state, t, actions } = useWorkbench()
+  const theme = useWorkbenchState((state) => state.theme)
+  const actions = useActions()
+  const t = useT()
   const [skills, setSkills] = useState<SkillsResponse | null>(null)
   const [path, setPath] = useState('memory/MEMORY.md')
   const [content, setContent] = useState('')
@@ -126,7 +129,7 @@ export function Inspector() {
           {dirty && <span className="dirty" data-testid="dirty-marker">● {t('unsaved')}</span>}
           {missing && <span className="muted">{t('fileMissing')}</span>}
         </div>
-        <MonacoEditor path={path} value={content} revision={revision} theme={state.theme}
+        <MonacoEditor path={path} value={content} revision={revision} theme={theme}
           onChange={setContent} onSave={(text) => void save(text)} />
       </div>
       {tab === 'approvals' && <ApprovalPolicies />}

@@ -1,7 +1,9 @@
 // The chat bubbles as HTML (server-side rendering: no browser needed): the interrupted notice.
 import { renderToStaticMarkup } from 'react-dom/server'
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { STORAGE_KEY, WorkbenchProvider, historyToMessages } from '../lib/store'
+import { historyToMessages } from '../lib/chat'
+import { STORAGE_KEY } from '../lib/reducer'
+import { WorkbenchProvider } from '../lib/store'
 import type { ChatMessage } from '../lib/types'
 import { MessageBubble } from './MessageBubble'
 

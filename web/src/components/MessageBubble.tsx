@@ -1,76 +1,73 @@
-import { useState } from 'react'
-import { useWorkbench } from '../lib/store'
+import { memo } from 'react'
+import rehypeHighlight from 'rehype-highlight'
+import { useT } from '../lib/store'
 import type { ChatMessage } from '../lib/types'
 import { ApprovalCardView } from './ApprovalCard'
-import { ChevronIcon, PauseIcon } from './Icons'
-import { Markdown } from './Markdown'
+import { PauseIcon } from '../shared/Icons'
+import { Markdown } from '../shared/Markdown'
+import type { Plugins } from '../shared/Markdown'
+import { Collapsible, TypingDots } from '../shared/MessageBubble'
+
+/** Code blocks highlighted (highlight.js, the language detected when not given). */
+const HIGHLIGHT: Plugins = [[rehypeHighlight, { detect: true, ignoreMissing: true }]]
 
 function ThoughtChain({ message }: { message: ChatMessage }) {
-  const { t } = useWorkbench()
-  const [open, setOpen] = useState(true)
+  const t = useT()
   return (
-    <div className="thought-chain" data-testid="thought-chain">
-      <button className="collapser" onClick={() => setOpen(!open)} aria-expanded={open}>
-        <ChevronIcon open={open} /> {t('thoughtChain', { n: message.toolCalls.length })}
-      </button>
-      {open && (
-        <ol className="tool-calls">
-          {message.toolCalls.map((call, index) => (
-            <li key={index} className={call.isError ? 'tool-call error' : 'tool-call'} data-testid="tool-call">
-              <div className="tool-name">
-                <code>{call.tool}</code>
-                {call.awaiting ? (
-                  <span className="pill awaiting" data-testid="tool-awaiting"><PauseIcon /> {t('awaiting')}</span>
-                ) : (
-                  !call.done && <span className="spinner" aria-label={t('running')} />
-                )}
-              </div>
-              <div className="tool-label">{t('input')}</div>
-              <pre className="tool-input" data-testid="tool-input">{call.input}</pre>
-              {call.done && (
-                <>
-                  <div className="tool-label">{t('output')}</div>
-                  <pre className="tool-output" data-testid="tool-output">{call.output}</pre>
-                </>
+    <Collapsible className="thought-chain" testId="thought-chain" initiallyOpen
+      title={t('thoughtChain', { n: message.toolCalls.length })}>
+      <ol className="tool-calls">
+        {message.toolCalls.map((call, index) => (
+          <li key={index} className={call.isError ? 'tool-call error' : 'tool-call'} data-testid="tool-call">
+            <div className="tool-name">
+              <code>{call.tool}</code>
+              {call.awaiting ? (
+                <span className="pill awaiting" data-testid="tool-awaiting"><PauseIcon /> {t('awaiting')}</span>
+              ) : (
+                !call.done && <span className="spinner" aria-label={t('running')} />
               )}
-            </li>
-          ))}
-        </ol>
-      )}
-    </div>
+            </div>
+            <div className="tool-label">{t('input')}</div>
+            <pre className="tool-input" data-testid="tool-input">{call.input}</pre>
+            {call.done && (
+              <>
+                <div className="tool-label">{t('output')}</div>
+                <pre className="tool-output" data-testid="tool-output">{call.output}</pre>
+              </>
+            )}
+          </li>
+        ))}
+      </ol>
+    </Collapsible>
   )
 }
 
 function RetrievalCard({ retrieval }: { retrieval: ChatMessage['retrievals'][number] }) {
-  const { t } = useWorkbench()
-  const [open, setOpen] = useState(false)
+  const t = useT()
   return (
-    <div className="retrieval-card" data-testid="retrieval-card">
-      <button className="collapser" onClick={() => setOpen(!open)} aria-expanded={open}>
-        <ChevronIcon open={open} /> {t('retrieval', { n: retrieval.results.length })}
-      </button>
-      {open && (
-        <div className="retrieval-body">
-          <div className="muted small">{t('query')}: {retrieval.query}</div>
-          {retrieval.results.map((r, i) => (
-            <div key={i} className="retrieval-result">
-              <div className="retrieval-meta"><code>{r.source}</code><span>{r.score.toFixed(3)}</span></div>
-              <div className="retrieval-text">{r.text}</div>
-            </div>
-          ))}
-        </div>
-      )}
-    </div>
+    <Collapsible className="retrieval-card" testId="retrieval-card" initiallyOpen={false}
+      title={t('retrieval', { n: retrieval.results.length })}>
+      <div className="retrieval-body">
+        <div className="muted small">{t('query')}: {retrieval.query}</div>
+        {retrieval.results.map((r, i) => (
+          <div key={i} className="retrieval-result">
+            <div className="retrieval-meta"><code>{r.source}</code><span>{r.score.toFixed(3)}</span></div>
+            <div className="retrieval-text">{r.text}</div>
+          </div>
+        ))}
+      </div>
+    </Collapsible>
   )
 }
 
-export function MessageBubble({ message }: { message: ChatMessage }) {
-  const { t } = useWorkbench()
+/** One bubble; memo: while a reply streams, only its own bubble re-renders. */
+export const MessageBubble = memo(function MessageBubble({ message }: { message: ChatMessage }) {
+  const t = useT()
   if (message.role === 'summary') {
     return (
       <div className="bubble summary" data-testid="summary-bubble">
         <div className="tool-label">{t('summary')}</div>
-        <Markdown text={message.content} />
+        <Markdown text={message.content} rehypePlugins={HIGHLIGHT} />
       </div>
     )
   }
@@ -86,8 +83,8 @@ export function MessageBubble({ message }: { message: ChatMessage }) {
     <div className="row assistant">
       <div className={message.streaming ? 'bubble assistant streaming' : 'bubble assistant'} data-testid="assistant-bubble">
         {message.retrievals.map((r, i) => <RetrievalCard key={i} retrieval={r} />)}
-        {message.content && <Markdown text={message.content} />}
-        {empty && message.streaming && <span className="typing"><i /><i /><i /></span>}
+        {message.content && <Markdown text={message.content} rehypePlugins={HIGHLIGHT} />}
+        {empty && message.streaming && <TypingDots className="typing" />}
         {message.toolCalls.length > 0 && <ThoughtChain message={message} />}
         {(message.approvals ?? []).map((card) => <ApprovalCardView key={card.item.approval_id} card={card} />)}
         {message.error && <div className="inline-error" role="alert" data-testid="chat-error">{t('error')}: {message.error}</div>}
@@ -98,4 +95,4 @@ export function MessageBubble({ message }: { message: ChatMessage }) {
       </div>
     </div>
   )
-}
+})

@@ -1,11 +1,17 @@
 import { authText, useAuth } from '../lib/AuthGate'
-import { useWorkbench } from '../lib/store'
-import { ClawIcon, MoonIcon, SunIcon } from './Icons'
+import { useActions, useDispatch, useT, useWorkbenchState } from '../lib/store'
+import { ClawIcon, MoonIcon, SunIcon } from '../shared/Icons'
 
 export function Navbar() {
-  const { state, dispatch, t, actions } = useWorkbench()
+  const model = useWorkbenchState((state) => state.status?.model)
+  const ragMode = useWorkbenchState((state) => state.ragMode)
+  const tokens = useWorkbenchState((state) => state.tokens)
+  const lang = useWorkbenchState((state) => state.lang)
+  const theme = useWorkbenchState((state) => state.theme)
+  const dispatch = useDispatch()
+  const actions = useActions()
+  const t = useT()
   const session = useAuth()
-  const model = state.status?.model
   return (
     <header className="navbar glass">
       <div className="brand">
@@ -21,29 +27,29 @@ export function Navbar() {
             <span className="model-text">{model.label}</span>
           </span>
         )}
-        <label className="toggle" title={state.ragMode ? t('ragOn') : t('ragOff')}>
-          <input type="checkbox" checked={state.ragMode} data-testid="rag-toggle"
+        <label className="toggle" title={ragMode ? t('ragOn') : t('ragOff')}>
+          <input type="checkbox" checked={ragMode} data-testid="rag-toggle"
             onChange={(e) => void actions.setRag(e.target.checked)} />
           <span className="track"><span className="thumb" /></span>
           <span>{t('rag')}</span>
         </label>
         <span className="token-chip" data-testid="token-usage"
-          title={state.tokens ? t('tokensTitle', { system: state.tokens.system_tokens, messages: state.tokens.message_tokens }) : ''}>
-          {state.tokens ? state.tokens.total_tokens.toLocaleString() : '—'} {t('tokens')}
+          title={tokens ? t('tokensTitle', { system: tokens.system_tokens, messages: tokens.message_tokens }) : ''}>
+          {tokens ? tokens.total_tokens.toLocaleString() : '—'} {t('tokens')}
         </span>
         <button className="btn ghost" data-testid="lang-toggle"
-          onClick={() => dispatch({ type: 'lang', lang: state.lang === 'en' ? 'zh' : 'en' })}>
+          onClick={() => dispatch({ type: 'lang', lang: lang === 'en' ? 'zh' : 'en' })}>
           {t('language')}
         </button>
         <button className="btn ghost icon" data-testid="theme-toggle"
-          title={state.theme === 'dark' ? t('themeLight') : t('themeDark')}
-          aria-label={state.theme === 'dark' ? t('themeLight') : t('themeDark')}
-          onClick={() => dispatch({ type: 'theme', theme: state.theme === 'dark' ? 'light' : 'dark' })}>
-          {state.theme === 'dark' ? <SunIcon /> : <MoonIcon />}
+          title={theme === 'dark' ? t('themeLight') : t('themeDark')}
+          aria-label={theme === 'dark' ? t('themeLight') : t('themeDark')}
+          onClick={() => dispatch({ type: 'theme', theme: theme === 'dark' ? 'light' : 'dark' })}>
+          {theme === 'dark' ? <SunIcon /> : <MoonIcon />}
         </button>
         {session.required && (
           <button className="btn ghost" data-testid="sign-out" onClick={session.signOut}>
-            {authText(state.lang, 'signOut')}
+            {authText(lang, 'signOut')}
           </button>
         )}
       </div>

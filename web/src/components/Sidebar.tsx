@@ -1,14 +1,20 @@
 import { useState } from 'react'
-import { useWorkbench } from '../lib/store'
+import { useActions, useT, useWorkbenchState } from '../lib/store'
 import { Dialog } from './Dialog'
-import { EditIcon, ListIcon, PauseIcon, PlusIcon, TrashIcon } from './Icons'
+import { EditIcon, ListIcon, PauseIcon, PlusIcon, TrashIcon } from '../shared/Icons'
 
 export function Sidebar() {
-  const { state, t, actions } = useWorkbench()
+  const sessions = useWorkbenchState((state) => state.sessions)
+  const currentId = useWorkbenchState((state) => state.currentId)
+  const streaming = useWorkbenchState((state) => state.streaming)
+  const waiting = useWorkbenchState((state) => state.waiting)
+  const view = useWorkbenchState((state) => state.view)
+  const actions = useActions()
+  const t = useT()
   const [editing, setEditing] = useState<string | null>(null)
   const [draft, setDraft] = useState('')
   const [deleting, setDeleting] = useState<string | null>(null)
-  const deletingTitle = state.sessions.find((s) => s.id === deleting)?.title || t('untitled')
+  const deletingTitle = sessions.find((s) => s.id === deleting)?.title || t('untitled')
 
   const commit = (id: string) => {
     const title = draft.trim()
@@ -21,14 +27,14 @@ export function Sidebar() {
       <div className="pane-head">
         <h2>{t('sessions')}</h2>
         <button className="btn primary small" onClick={() => void actions.newSession()} data-testid="new-session"
-          disabled={state.streaming}>
+          disabled={streaming}>
           <PlusIcon /> {t('newSession')}
         </button>
       </div>
       <ul className="session-list" data-testid="session-list">
-        {state.sessions.length === 0 && <li className="muted empty">{t('noSessions')}</li>}
-        {state.sessions.map((s) => (
-          <li key={s.id} className={s.id === state.currentId ? 'session active' : 'session'} data-testid="session-item"
+        {sessions.length === 0 && <li className="muted empty">{t('noSessions')}</li>}
+        {sessions.map((s) => (
+          <li key={s.id} className={s.id === currentId ? 'session active' : 'session'} data-testid="session-item"
             data-session-id={s.id}>
             {editing === s.id ? (
               <input className="rename-input" autoFocus value={draft} data-testid="rename-input" maxLength={100}
@@ -41,7 +47,7 @@ export function Sidebar() {
             ) : (
               <button className="session-title" onClick={() => void actions.selectSession(s.id)} title={s.id}>
                 <span className="title-text">{s.title || t('untitled')}</span>
-                {state.waiting[s.id] && (
+                {waiting[s.id] && (
                   <span className="pill awaiting" data-testid="session-waiting" title={t('waitingTitle')}>
                     <PauseIcon /> {t('waitingBadge')}
                   </span>
@@ -66,9 +72,9 @@ export function Sidebar() {
         ))}
       </ul>
       <div className="sidebar-foot">
-        <button className={state.view === 'raw' ? 'btn active wide' : 'btn wide'} data-testid="raw-toggle"
-          disabled={!state.currentId} onClick={() => void actions.showRaw(state.view !== 'raw')}>
-          <ListIcon /> {state.view === 'raw' ? t('backToChat') : t('rawMessages')}
+        <button className={view === 'raw' ? 'btn active wide' : 'btn wide'} data-testid="raw-toggle"
+          disabled={!currentId} onClick={() => void actions.showRaw(view !== 'raw')}>
+          <ListIcon /> {view === 'raw' ? t('backToChat') : t('rawMessages')}
         </button>
       </div>
       {deleting && (

@@ -5,49 +5,17 @@
 // Each UI styles the screen in its own CSS (.signin*) and keeps its language under its own key.
 import { createContext, useContext, useEffect, useRef, useState } from 'react'
 import type { FormEvent, ReactNode } from 'react'
+import { useLatest } from '../shared/hooks'
 import { auth, startSession, TOKEN_KEY } from './auth'
 import type { GateState, SignOutReason } from './auth'
-import { defaultLang } from './i18n'
-import type { Lang } from './i18n'
-
-const en = {
-  signInTitle: 'Sign in',
-  signInHint:
-    'This clawlet server asks for an access token (its CLAWLET_API_TOKEN, or your own in cluster mode). It is kept in this browser only.',
-  tokenLabel: 'Access token',
-  signIn: 'Sign in',
-  signingIn: 'Checking…',
-  signOut: 'Sign out',
-  tokenMissing: 'Enter the token.',
-  tokenRefused: 'That token was refused. Check it and try again.',
-  unreachable: 'The server cannot be reached. Try again.',
-  signedOutRefused: 'Signed out: the token was refused.',
-  signedOutRequired: 'Signed out: the server now needs a token.',
-  signedOutUser: 'Signed out.',
-  language: '中文',
-}
+import en from '../locales/auth.en.json'
+import zh from '../locales/auth.zh.json'
+import { defaultLang, htmlLang, translator } from '../shared/i18n'
+import type { Lang } from '../shared/i18n'
 
 export type AuthTextKey = keyof typeof en
 
-const zh: Record<AuthTextKey, string> = {
-  signInTitle: '登录',
-  signInHint: '此 clawlet 服务器需要访问令牌（即其 CLAWLET_API_TOKEN；集群模式下为你自己的令牌）。令牌只保存在此浏览器中。',
-  tokenLabel: '访问令牌',
-  signIn: '登录',
-  signingIn: '验证中…',
-  signOut: '退出登录',
-  tokenMissing: '请输入令牌。',
-  tokenRefused: '令牌被拒绝，请检查后重试。',
-  unreachable: '无法连接服务器，请重试。',
-  signedOutRefused: '已退出登录：令牌被拒绝。',
-  signedOutRequired: '已退出登录：服务器现在需要令牌。',
-  signedOutUser: '已退出登录。',
-  language: 'EN',
-}
-
-export function authText(lang: Lang, key: AuthTextKey): string {
-  return (lang === 'zh' ? zh : en)[key]
-}
+export const authText = translator<AuthTextKey>({ en, zh })
 
 const REASON_TEXT: Record<SignOutReason, AuthTextKey> = {
   refused: 'signedOutRefused',
@@ -98,10 +66,8 @@ export interface AuthGateProps {
 
 export function AuthGate({ children, langKey, title, onSignOut }: AuthGateProps) {
   const [gate, setGate] = useState<GateState>({ phase: 'checking' })
-  const gateRef = useRef(gate)
-  gateRef.current = gate
-  const onSignOutRef = useRef(onSignOut)
-  onSignOutRef.current = onSignOut
+  const gateRef = useLatest(gate)
+  const onSignOutRef = useLatest(onSignOut)
 
   useEffect(() => {
     let live = true
@@ -128,7 +94,7 @@ export function AuthGate({ children, langKey, title, onSignOut }: AuthGateProps)
       off()
       window.removeEventListener('storage', storage)
     }
-  }, [])
+  }, [gateRef, onSignOutRef])
 
   if (gate.phase === 'checking') return null
   if (gate.phase === 'out') {
@@ -154,7 +120,7 @@ function SignInScreen({ reason, langKey, title, onSignedIn }: {
   const text = (key: AuthTextKey) => authText(lang, key)
 
   useEffect(() => {
-    document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en'
+    document.documentElement.lang = htmlLang(lang)
   }, [lang])
 
   const submit = async (event: FormEvent) => {

@@ -1,6 +1,7 @@
 // The clawlet /api client. The base is the page's own origin, so the workbench works
 // from localhost and from another machine on the LAN alike. Every request and the chat stream go
 // through auth.fetch (the bearer token when signed in; a 401 signs out).
+import { ApiError, failure, jsonObject } from '../shared/api'
 import { auth } from './auth'
 import { readSSE } from './sse'
 import type {
@@ -21,38 +22,6 @@ export function apiBase(): string {
   if (typeof window === 'undefined') return '/api'
   const { protocol, host } = window.location
   return `${protocol}//${host}/api`
-}
-
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    /** the error's `details` (e.g. `{approval_id, decision}` of a 409 approval_decided) */
-    readonly details?: Record<string, unknown>,
-  ) {
-    super(message)
-    this.name = 'ApiError'
-  }
-}
-
-async function failure(response: Response): Promise<ApiError> {
-  let code = 'http_error'
-  let message = `${response.status} ${response.statusText}`
-  let details: Record<string, unknown> | undefined
-  try {
-    const body = (await response.json()) as {
-      error?: { code?: string; message?: string; details?: Record<string, unknown> }
-    }
-    if (body.error) {
-      code = body.error.code ?? code
-      message = body.error.message ?? message
-      details = body.error.details
-    }
-  } catch {
-    // not JSON: keep the status line
-  }
-  return new ApiError(response.status, code, message, details)
 }
 
 async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -124,14 +93,8 @@ async function streamEvents(
 /** One SSE message of the chat stream as a ChatEvent (the data's `type`, else the event name);
  * null when the data is not a JSON object. */
 export function parseChatEvent(name: string, data: string): ChatEvent | null {
-  let parsed: unknown
-  try {
-    parsed = JSON.parse(data)
-  } catch {
-    return null
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null
-  const fields = parsed as Record<string, unknown>
+  const fields = jsonObject(data)
+  if (!fields) return null
   const type = typeof fields.type === 'string' ? fields.type : name
   return { ...fields, type } as ChatEvent
 }

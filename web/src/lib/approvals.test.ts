@@ -3,9 +3,11 @@ import { parseChatEvent } from './api'
 import { parseArgs } from './approvals'
 import { SSEParser } from './sse'
 import type { SSEMessage } from './sse'
-import { historyToMessages, initialState, reducer, renderToolInput } from './store'
-import type { Action, WorkbenchState } from './store'
-import type { ChatEvent, PendingQuestion, PendingTool } from './types'
+import { historyToMessages, renderToolInput } from './chat'
+import { initialState, reducer } from './reducer'
+import type { Action, WorkbenchState } from './reducer'
+import type { PendingQuestion, PendingTool } from '../shared/pending'
+import type { ChatEvent } from './types'
 
 function run(state: WorkbenchState, ...actions: Action[]): WorkbenchState {
   return actions.reduce(reducer, state)

@@ -1,4 +1,5 @@
 // Shapes of the clawlet /api payloads and the workbench's chat model.
+import type { DecisionType, PendingItem, PendingQuestion, PendingTool } from '../shared/pending'
 
 export interface SessionSummary {
   id: string
@@ -95,29 +96,6 @@ export interface ToolApprovals {
   defaults: Record<string, Policy>
 }
 
-/** A tool call paused for the user's approval (the stream's `approval_required`). */
-export interface PendingTool {
-  kind: 'tool'
-  approval_id: string
-  tool: string
-  args: Record<string, unknown>
-  call_id?: string
-  input: string
-  allowed_decisions: string[]
-  description?: string
-}
-
-/** A question the agent asks the user (the stream's `question`). */
-export interface PendingQuestion {
-  kind: 'question'
-  approval_id: string
-  question: string
-  call_id?: string
-  allowed_decisions: string[]
-}
-
-export type PendingItem = PendingTool | PendingQuestion
-
 /** GET /api/sessions/{id}/approvals. */
 export interface SessionApprovals {
   session_id: string
@@ -125,8 +103,6 @@ export interface SessionApprovals {
   running: boolean
   pending: PendingItem[]
 }
-
-export type DecisionType = 'approve' | 'edit' | 'reject' | 'answer'
 
 /** The body of POST /api/sessions/{id}/approvals/{approval_id} (without `stream`). */
 export interface Decision {

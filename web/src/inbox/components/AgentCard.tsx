@@ -3,7 +3,7 @@ import { Link } from 'react-router-dom'
 import { useInbox } from '../lib/store'
 import type { Agent } from '../lib/types'
 import { Avatar } from './AppBar'
-import { PlusIcon } from './Icons'
+import { PlusIcon } from '../../shared/Icons'
 
 export function AgentCard({ agent }: { agent: Agent }) {
   const { t } = useInbox()

@@ -2,7 +2,7 @@
 import type { ReactNode } from 'react'
 import { Link } from 'react-router-dom'
 import { useInbox } from '../lib/store'
-import { BackIcon } from './Icons'
+import { BackIcon } from '../../shared/Icons'
 
 export function AppBar({ back, title, actions }: { back?: string; title: ReactNode; actions?: ReactNode }) {
   const { t } = useInbox()

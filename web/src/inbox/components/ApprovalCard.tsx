@@ -3,7 +3,7 @@
 // (nothing runs until Approve is tapped); the reason goes with Reject.
 import { useState } from 'react'
 import { useInbox } from '../lib/store'
-import { LockIcon } from './Icons'
+import { LockIcon } from '../../shared/Icons'
 import type { ToolApproval } from '../lib/types'
 
 interface Props {

@@ -2,7 +2,7 @@
 // input method is composing (Chinese, Japanese…) only confirms the characters.
 import { useEffect, useRef } from 'react'
 import type { KeyboardEvent, ReactNode } from 'react'
-import { SendIcon } from './Icons'
+import { ArrowSendIcon } from '../../shared/Icons'
 
 interface Props {
   value: string
@@ -45,7 +45,7 @@ export function Composer({ value, onChange, onSubmit, placeholder, sendLabel, ca
       {action ?? (
         <button type="submit" className="send-btn" disabled={!canSend || !value.trim() || busy} aria-label={sendLabel}
           title={sendLabel} data-testid={`${testId}-send`}>
-          <SendIcon />
+          <ArrowSendIcon />
         </button>
       )}
     </form>

@@ -2,8 +2,9 @@
 // of a blank page. Its text follows the saved language (the store may be what failed).
 import { Component } from 'react'
 import type { ErrorInfo, ReactNode } from 'react'
-import { defaultLang, translate } from '../lib/i18n'
-import type { Lang } from '../lib/i18n'
+import { defaultLang } from '../../shared/i18n'
+import type { Lang } from '../../shared/i18n'
+import { translate } from '../lib/i18n'
 
 function savedLang(): Lang {
   try {

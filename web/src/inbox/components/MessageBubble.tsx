@@ -3,7 +3,8 @@
 import { clockTime } from '../lib/i18n'
 import { useInbox } from '../lib/store'
 import type { ClientMessage } from '../lib/types'
-import { Markdown } from './Markdown'
+import { Markdown } from '../../shared/Markdown'
+import { TypingDots } from '../../shared/MessageBubble'
 
 export function MessageBubble({ message }: { message: ClientMessage }) {
   const { t, actions } = useInbox()
@@ -34,7 +35,7 @@ export function TypingBubble({ text }: { text: string }) {
     <div className="bubble-row agent typing" data-testid="typing-bubble" aria-live="polite">
       <div className="bubble">
         {text ? <Markdown text={text} /> : (
-          <span className="dots" role="img" aria-label={t('typing')}><i /><i /><i /></span>
+          <TypingDots className="dots" label={t('typing')} />
         )}
       </div>
       <div className="bubble-meta">{t('typing')}</div>

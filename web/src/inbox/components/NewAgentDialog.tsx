@@ -2,14 +2,15 @@
 // and a model picker (the models of openclaw.json, or just the default).
 import { useEffect, useRef, useState } from 'react'
 import type { FormEvent, ReactNode } from 'react'
-import { ApiError } from '../lib/api'
+import { ApiError } from '../../shared/api'
 import { AGENT_DESCRIPTION_MAX, AGENT_ID_MAX, AGENT_NAME_MAX } from '../lib/api'
 import { errorText } from '../lib/i18n'
 import { useInbox } from '../lib/store'
+import { useLatest } from '../../shared/hooks'
 import type { Agent } from '../lib/types'
 import { validateAgent } from '../lib/validate'
 import type { AgentDraft, AgentErrors } from '../lib/validate'
-import { CloseIcon } from './Icons'
+import { CloseIcon } from '../../shared/Icons'
 
 export function NewAgentDialog({ onClose, onCreated }: { onClose: () => void; onCreated: (agent: Agent) => void }) {
   const { state, t, actions } = useInbox()
@@ -19,16 +20,18 @@ export function NewAgentDialog({ onClose, onCreated }: { onClose: () => void; on
   const [formError, setFormError] = useState('')
   const [busy, setBusy] = useState(false)
   const first = useRef<HTMLInputElement>(null)
+  const opened = useLatest({ models: state.models, actions, onClose })
 
+  // once, when the dialog opens
   useEffect(() => {
     first.current?.focus()
-    if (state.models === null) void actions.loadModels()
+    if (opened.current.models === null) void opened.current.actions.loadModels()
     const onKey = (event: KeyboardEvent) => {
-      if (event.key === 'Escape') onClose()
+      if (event.key === 'Escape') opened.current.onClose()
     }
     window.addEventListener('keydown', onKey)
     return () => window.removeEventListener('keydown', onKey)
-  }, [])
+  }, [opened])
 
   const local = validateAgent(draft, state.agents.map((agent) => agent.id), t)
   // the server's verdict on a field stands until that field changes

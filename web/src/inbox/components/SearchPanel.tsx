@@ -6,8 +6,9 @@ import { Link } from 'react-router-dom'
 import { api } from '../lib/api'
 import { errorText, relativeTime } from '../lib/i18n'
 import { useInbox, useNow } from '../lib/store'
+import { useLatest } from '../../shared/hooks'
 import type { Task } from '../lib/types'
-import { CloseIcon, SearchIcon } from './Icons'
+import { CloseIcon, SearchIcon } from '../../shared/Icons'
 import { TaskStatusBadge } from './TaskStatusBadge'
 import { plainPreview } from './TaskItem'
 
@@ -34,6 +35,7 @@ export function SearchPanel({ agentId, onClose }: { agentId?: string; onClose: (
   const [error, setError] = useState('')
   const [busy, setBusy] = useState(false)
   const request = useRef(0)
+  const latest = useLatest({ deleted: state.deleted, t })
 
   useEffect(() => {
     const q = query.trim()
@@ -48,19 +50,19 @@ export function SearchPanel({ agentId, onClose }: { agentId?: string; onClose: (
       api.tasks({ agentId, q, limit: 50 }).then(
         (found) => {
           if (request.current !== id) return
-          setResults(found.filter((task) => !state.deleted[task.id]))
+          setResults(found.filter((task) => !latest.current.deleted[task.id]))
           setError('')
           setBusy(false)
         },
         (failure) => {
           if (request.current !== id) return
-          setError(errorText(t, failure))
+          setError(errorText(latest.current.t, failure))
           setBusy(false)
         },
       )
     }, 250)
     return () => clearTimeout(timer)
-  }, [query, agentId])
+  }, [query, agentId, latest])
 
   const agentName = (id: string) => state.agents.find((agent) => agent.id === id)?.name ?? id
   const q = query.trim()

@@ -8,7 +8,7 @@ import { Link } from 'react-router-dom'
 import { relativeTime } from '../lib/i18n'
 import { useInbox } from '../lib/store'
 import type { Task } from '../lib/types'
-import { TrashIcon } from './Icons'
+import { BinIcon } from '../../shared/Icons'
 import { TaskStatusBadge } from './TaskStatusBadge'
 
 const ACTION_WIDTH = 88
@@ -130,7 +130,7 @@ export function TaskItem({ task, now, onDelete }: { task: Task; now: number; onD
         aria-hidden={!showAction} data-testid="swipe-delete"
         style={{ visibility: showAction ? 'visible' : 'hidden', width: Math.max(ACTION_WIDTH, -offset) + 16 }}>
         <span className="swipe-delete-label">
-          <TrashIcon />
+          <BinIcon />
           <span>{t('delete')}</span>
         </span>
       </button>

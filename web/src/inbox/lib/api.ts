@@ -1,20 +1,9 @@
 // The inbox's client for clawlet's /api/v1. Errors become ApiError with the server's code and
 // message ({"error": {"code", "message", "details"}}); a network failure has code "network".
 // Requests go through auth.fetch: the bearer token when signed in; a 401 signs out.
+import { ApiError, failure } from '../../shared/api'
 import { auth } from '../../lib/auth'
 import type { Agent, Decision, Message, Model, Task, TaskStatus } from './types'
-
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly details?: unknown,
-  ) {
-    super(message)
-    this.name = 'ApiError'
-  }
-}
 
 /** Where answers came from: the server, the service worker's offline cache, or nowhere. */
 export type Reachability = 'online' | 'cached' | 'unreachable'
@@ -25,23 +14,6 @@ export function onReachability(fn: Listener | null): void {
 }
 
 export const API_BASE = '/api/v1'
-
-async function failure(response: Response): Promise<ApiError> {
-  let code = 'http_error'
-  let message = `${response.status} ${response.statusText}`.trim()
-  let details: unknown
-  try {
-    const body = (await response.json()) as { error?: { code?: string; message?: string; details?: unknown } }
-    if (body.error) {
-      code = body.error.code ?? code
-      message = body.error.message ?? message
-      details = body.error.details
-    }
-  } catch {
-    // not JSON: keep the status line
-  }
-  return new ApiError(response.status, code, message, details)
-}
 
 async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
   const init: RequestInit = { method, headers: { accept: 'application/json' } }

@@ -4,6 +4,7 @@
 // the store reloads what pages show once it is back, since events may have been missed. A 401
 // ends it for good (auth.fetch has signed out).
 import { auth } from '../../lib/auth'
+import { jsonObject } from '../../shared/api'
 import { openEventStream } from '../../lib/sse'
 import type { FetchLike } from '../../lib/sse'
 import type { Action } from './reducer'
@@ -17,13 +18,8 @@ export type EventName = (typeof EVENT_NAMES)[number]
 
 /** The store action for one SSE event, or null (heartbeats, unknown or malformed events). */
 export function eventToAction(name: string, raw: string): Action | null {
-  let data: unknown
-  try {
-    data = JSON.parse(raw)
-  } catch {
-    return null
-  }
-  if (!data || typeof data !== 'object') return null
+  const data: unknown = jsonObject(raw)
+  if (!data) return null
   switch (name) {
     case 'task.created':
       return { type: 'ADD_TASK', task: data as Task, created: true }

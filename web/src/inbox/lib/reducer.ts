@@ -6,7 +6,7 @@
 //   arrives, by SSE (ADD_MESSAGE) or by polling (SET_MESSAGES): never shown twice.
 // - Older copies of a task (a poll answered before an SSE update) never overwrite newer ones,
 //   and a deleted task is not brought back by a poll that was already on its way.
-import type { Lang } from '../../lib/i18n'
+import type { Lang } from '../../shared/i18n'
 import type { Agent, ClientMessage, Message, MessagePreview, Model, Pending, Task, TaskStatus } from './types'
 
 export type Connection = 'connecting' | 'open' | 'closed'

@@ -1,13 +1,19 @@
-// The inbox store: one React context around the reducer (seed §8.1), the global SSE connection
-// (§8.2), the API actions with optimistic user messages (§8.3), notifications and preferences.
-import { createContext, useCallback, useContext, useEffect, useMemo, useReducer, useRef, useState } from 'react'
+// The inbox store: the reducer's state (seed §8.1) in the shared store (src/shared/store.ts) and
+// one React context, the global SSE connection (§8.2), the API actions with optimistic user
+// messages (§8.3), notifications and preferences.
+import { createContext, useCallback, useContext, useEffect, useMemo, useRef, useState } from 'react'
 import type { ReactNode } from 'react'
 import { useNavigate } from 'react-router-dom'
-import { api, ApiError, onReachability } from './api'
+import { ApiError } from '../../shared/api'
+import { api, onReachability } from './api'
 import type { NewAgent } from './api'
 import { connectEvents } from './events'
-import { defaultLang, errorText, translate } from './i18n'
-import type { Lang, MessageKey, Translate } from './i18n'
+import { defaultLang, htmlLang } from '../../shared/i18n'
+import type { Lang, Vars } from '../../shared/i18n'
+import { errorText, translate } from './i18n'
+import type { MessageKey, Translate } from './i18n'
+import { useLatest } from '../../shared/hooks'
+import { createStore, useSelector } from '../../shared/store'
 import { pageHidden, permission, requestPermission, showNotification } from './notify'
 import type { Permission } from './notify'
 import { finishedRun, initialState, optimisticMessage, reducer } from './reducer'
@@ -50,7 +56,7 @@ export interface InboxActions {
   toggleNotifications(): Promise<void>
   /** Show an API failure as a notice, in words. */
   fail(error: unknown): void
-  say(key: MessageKey, vars?: Record<string, string | number>): void
+  say(key: MessageKey, vars?: Vars): void
 }
 
 interface InboxContextValue {
@@ -65,26 +71,26 @@ const InboxContext = createContext<InboxContextValue | null>(null)
 
 export function InboxProvider({ children, events = true }: { children: ReactNode; events?: boolean }) {
   const persisted = useMemo(loadPersisted, [])
-  const [state, dispatch] = useReducer(reducer, persisted.lang ?? defaultLang(), initialState)
-  const stateRef = useRef(state)
-  stateRef.current = state
+  const store = useMemo(() => createStore(reducer, initialState(persisted.lang ?? defaultLang())), [persisted])
+  const { dispatch } = store
+  // the pages show most of the state: every change re-renders them
+  const state = useSelector(store, (current) => current)
   const navigate = useNavigate()
   const [notifyEnabled, setNotifyEnabled] = useState(persisted.notify ?? true)
   const [notifyPermission, setNotifyPermission] = useState<Permission>(permission)
 
   const t = useCallback<Translate>((key, vars) => translate(state.lang, key, vars), [state.lang])
-  const tRef = useRef(t)
-  tRef.current = t
+  const tRef = useLatest(t)
 
   // language and preferences
   useEffect(() => {
     localStorage.setItem(STORAGE_KEY, JSON.stringify({ lang: state.lang, notify: notifyEnabled } satisfies Persisted))
-    document.documentElement.lang = state.lang === 'zh' ? 'zh-CN' : 'en'
+    document.documentElement.lang = htmlLang(state.lang)
     document.title = translate(state.lang, 'appTitle')
   }, [state.lang, notifyEnabled])
 
   // the global SSE connection, and whether answers come from the network
-  useEffect(() => (events ? connectEvents(dispatch) : undefined), [events])
+  useEffect(() => (events ? connectEvents(dispatch) : undefined), [events, dispatch])
   useEffect(() => {
     onReachability((reach) => dispatch({ type: 'OFFLINE', offline: reach !== 'online' }))
     const offline = () => dispatch({ type: 'OFFLINE', offline: true })
@@ -94,14 +100,14 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
       onReachability(null)
       window.removeEventListener('offline', offline)
     }
-  }, [])
+  }, [dispatch])
 
   // an info notice goes away by itself
   useEffect(() => {
     if (state.notice?.kind !== 'info') return
     const timer = setTimeout(() => dispatch({ type: 'NOTICE', notice: null }), 3500)
     return () => clearTimeout(timer)
-  }, [state.notice])
+  }, [state.notice, dispatch])
 
   // a notification when a run ends while the page is hidden
   const statuses = useRef<Map<string, TaskStatus>>(new Map())
@@ -122,7 +128,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
 
   const actions = useMemo<InboxActions>(() => {
     const fail = (error: unknown) => dispatch({ type: 'NOTICE', notice: { kind: 'error', text: errorText(tRef.current, error) } })
-    const say = (key: MessageKey, vars?: Record<string, string | number>) =>
+    const say = (key: MessageKey, vars?: Vars) =>
       dispatch({ type: 'NOTICE', notice: { kind: 'info', text: tRef.current(key, vars) } })
 
     const loadMessages = async (taskId: string) => {
@@ -165,7 +171,7 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         }
       },
       loadTasks: async (agentId?: string) => {
-        const seq = stateRef.current.seq
+        const seq = store.getState().seq
         const tasks = await api.tasks({ agentId, limit: LIST_LIMIT })
         dispatch({ type: 'SET_TASKS', tasks, agentId, seq })
       },
@@ -241,11 +247,11 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         else if (answer === 'denied') dispatch({ type: 'NOTICE', notice: { kind: 'error', text: tRef.current('notificationsBlocked') } })
       },
     }
-  }, [])
+  }, [store, dispatch, tRef])
 
   const value = useMemo<InboxContextValue>(
     () => ({ state, dispatch, t, actions, notify: { enabled: notifyEnabled && notifyPermission === 'granted', permission: notifyPermission } }),
-    [state, t, actions, notifyEnabled, notifyPermission],
+    [state, dispatch, t, actions, notifyEnabled, notifyPermission],
   )
   return <InboxContext.Provider value={value}>{children}</InboxContext.Provider>
 }
@@ -259,8 +265,8 @@ export function useInbox(): InboxContextValue {
 /** Run `load` now and every `ms` (the seed's polling fallback: inbox 5 s, detail 3 s); a run
  * never overlaps the previous one. `deps` restart it (e.g. another task, or a reconnect). */
 export function usePolling(load: () => Promise<unknown>, ms: number, deps: unknown[]): void {
-  const loadRef = useRef(load)
-  loadRef.current = load
+  const loadRef = useLatest(load)
+  const restart = JSON.stringify(deps)
   useEffect(() => {
     let stopped = false
     let busy = false
@@ -281,7 +287,7 @@ export function usePolling(load: () => Promise<unknown>, ms: number, deps: unkno
       stopped = true
       clearInterval(timer)
     }
-  }, [ms, ...deps])
+  }, [ms, restart, loadRef])
 }
 
 /** Re-render every `ms` (relative times stay right). */

@@ -1,4 +1,5 @@
 // The inbox API's shapes (clawlet /api/v1, the Agent Inbox seed's camelCase JSON).
+import type { CamelCased, DecisionType, PendingItem, PendingQuestion, PendingTool } from '../../shared/pending'
 
 export type TaskStatus = 'pending' | 'running' | 'completed' | 'failed' | 'waiting' | 'cancelled'
 export type SenderType = 'user' | 'agent'
@@ -29,31 +30,12 @@ export interface MessagePreview {
 }
 
 /** A tool call waiting for the user's approval before it runs. */
-export interface ToolApproval {
-  kind: 'tool'
-  approvalId: string
-  tool: string
-  args: Record<string, unknown>
-  /** The model's id for the call the approval belongs to. */
-  callId?: string
-  /** The arguments as people read them (a command, code, a path…). */
-  input: string
-  allowedDecisions: Decision[]
-  description?: string
-}
-
+export type ToolApproval = CamelCased<PendingTool>
 /** A question the agent asked the user (the ask_user tool). */
-export interface AgentQuestion {
-  kind: 'question'
-  approvalId: string
-  question: string
-  /** The model's id for the ask_user call. */
-  callId?: string
-  allowedDecisions: Decision[]
-}
-
-export type Pending = ToolApproval | AgentQuestion
-export type Decision = 'approve' | 'reject' | 'answer'
+export type AgentQuestion = CamelCased<PendingQuestion>
+export type Pending = CamelCased<PendingItem>
+/** What the inbox decides (it does not edit a call's arguments). */
+export type Decision = Exclude<DecisionType, 'edit'>
 
 export interface Task {
   id: string

@@ -9,10 +9,11 @@ import { Link, useParams } from 'react-router-dom'
 import { AppBar } from '../components/AppBar'
 import { ApprovalCard } from '../components/ApprovalCard'
 import { Composer } from '../components/Composer'
-import { QuestionIcon, StopIcon } from '../components/Icons'
+import { AskIcon, FilledStopIcon } from '../../shared/Icons'
 import { MessageBubble, TypingBubble } from '../components/MessageBubble'
 import { TaskStatusBadge } from '../components/TaskStatusBadge'
-import { ApiError, TITLE_MAX } from '../lib/api'
+import { ApiError } from '../../shared/api'
+import { TITLE_MAX } from '../lib/api'
 import { errorText } from '../lib/i18n'
 import { isTemp, pendingItem } from '../lib/reducer'
 import { useInbox, usePolling } from '../lib/store'
@@ -106,7 +107,7 @@ export function TaskDetailPage() {
         ) : (
           <>
           {waitingFor?.kind === 'question' && (
-            <p className="question-note" data-testid="question-note"><QuestionIcon /><span>{t('questionWaiting')}</span></p>
+            <p className="question-note" data-testid="question-note"><AskIcon /><span>{t('questionWaiting')}</span></p>
           )}
           <Composer value={draft} onChange={setDraft} onSubmit={send} canSend={!!task && !busy}
             placeholder={busy ? t('busyPlaceholder') : waitingFor ? t('answerPlaceholder') : t('replyPlaceholder')}
@@ -114,7 +115,7 @@ export function TaskDetailPage() {
             action={busy ? (
               <button type="button" className="send-btn stop" onClick={() => void actions.cancelTask(taskId)}
                 aria-label={t('stopTask')} title={t('stopTask')} data-testid="stop-task">
-                <StopIcon />
+                <FilledStopIcon />
               </button>
             ) : undefined} />
           </>

@@ -1,16 +1,22 @@
-// Inline SVG icons (bundled; nothing is fetched).
+// Inline SVG icons of both UIs (bundled; no icon font, nothing fetched). The workbench draws them
+// at 16 px, the inbox at 20 px unless a component asks for another size.
 import type { ReactNode } from 'react'
+
+interface Sized {
+  size?: number
+}
 
 function Svg({ children, size = 16 }: { children: ReactNode; size?: number }) {
   return (
     <svg width={size} height={size} viewBox="0 0 24 24" fill="none" stroke="currentColor" strokeWidth="2"
-      strokeLinecap="round" strokeLinejoin="round" aria-hidden="true">
+      strokeLinecap="round" strokeLinejoin="round" aria-hidden="true" focusable="false">
       {children}
     </svg>
   )
 }
 
-export const PlusIcon = () => <Svg><path d="M12 5v14M5 12h14" /></Svg>
+// the workbench's
+export const PlusIcon = ({ size = 16 }: Sized) => <Svg size={size}><path d="M12 5v14M5 12h14" /></Svg>
 export const TrashIcon = () => <Svg><path d="M3 6h18M8 6V4h8v2M19 6l-1 14H6L5 6" /></Svg>
 export const EditIcon = () => <Svg><path d="M12 20h9M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4z" /></Svg>
 export const WrenchIcon = () => (
@@ -35,3 +41,31 @@ export const QuestionIcon = () => (
   <Svg><circle cx="12" cy="12" r="10" /><path d="M9.1 9a3 3 0 0 1 5.8 1c0 2-3 3-3 3M12 17h.01" /></Svg>
 )
 export const PauseIcon = () => <Svg size={12}><path d="M9 5v14M15 5v14" /></Svg>
+
+// the inbox's
+export const BackIcon = () => <Svg size={20}><path d="M15 18l-6-6 6-6" /></Svg>
+export const ArrowSendIcon = () => <Svg size={20}><path d="M5 12h14M13 6l6 6-6 6" /></Svg>
+export const SearchIcon = () => <Svg size={20}><circle cx="11" cy="11" r="7" /><path d="M20 20l-3.5-3.5" /></Svg>
+export const SignOutIcon = () => <Svg size={20}><path d="M15 4h3a2 2 0 0 1 2 2v12a2 2 0 0 1-2 2h-3M10 17l-5-5 5-5M5 12h11" /></Svg>
+export const CloseIcon = () => <Svg size={20}><path d="M6 6l12 12M18 6L6 18" /></Svg>
+export const FilledStopIcon = () => (
+  <svg width="18" height="18" viewBox="0 0 24 24" aria-hidden="true" focusable="false">
+    <rect x="6" y="6" width="12" height="12" rx="2" fill="currentColor" />
+  </svg>
+)
+export const BinIcon = () => (
+  <Svg size={20}><path d="M4 7h16M10 11v6M14 11v6M6 7l1 12a2 2 0 002 2h6a2 2 0 002-2l1-12M9 7V4h6v3" /></Svg>
+)
+export const BellIcon = ({ off = false }: { off?: boolean }) => (
+  <Svg size={20}>
+    <path d="M6 16V11a6 6 0 0112 0v5l2 2H4l2-2zM10 21h4" />
+    {off && <path d="M3 3l18 18" />}
+  </Svg>
+)
+export const InboxIcon = () => <Svg size={20}><path d="M4 13h4l2 3h4l2-3h4M5 5h14l1 8v6H4v-6l1-8z" /></Svg>
+export const LockIcon = ({ size = 18 }: Sized) => (
+  <Svg size={size}><rect x="5" y="11" width="14" height="10" rx="2" /><path d="M8 11V7a4 4 0 018 0v4" /></Svg>
+)
+export const AskIcon = ({ size = 16 }: Sized) => (
+  <Svg size={size}><circle cx="12" cy="12" r="9" /><path d="M9.5 9.5a2.5 2.5 0 014.8 1c0 1.7-2.3 2-2.3 3.5M12 17h.01" /></Svg>
+)

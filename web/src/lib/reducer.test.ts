@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest'
 import { parseChatEvent } from './api'
-import { historyToMessages, initialState, reducer } from './store'
-import type { Action, WorkbenchState } from './store'
+import { historyToMessages } from './chat'
+import { initialState, reducer } from './reducer'
+import type { Action, WorkbenchState } from './reducer'
 import type { ChatEvent } from './types'
 
 function run(state: WorkbenchState, ...actions: Action[]): WorkbenchState {
