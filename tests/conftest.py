@@ -258,6 +258,34 @@ def serve(clawlet_home: Path) -> Iterator[list[ServeProcess]]:
         proc.close()
 
 
+#: LangChain's provider packages keep one HTTP client per base URL for the whole process
+#: (``functools.lru_cache``), its pooled connections bound to the event loop that first used them.
+#: ``clawlet serve`` runs one loop for its life, but the tests run a loop per server or scenario
+#: in one process: a later test whose scripted upstream got a port an earlier one had would be
+#: handed the earlier, closed loop's client ("RuntimeError: Event loop is closed" when its pool
+#: closed an idle connection). Each test starts with no such client, as a new process would.
+PROCESS_WIDE_CLIENT_CACHES = {
+    "langchain_openai.chat_models._client_utils": ("_cached_async_httpx_client", "_cached_sync_httpx_client"),
+    "langchain_anthropic._client_utils": ("_get_default_httpx_client", "_get_default_async_httpx_client"),
+}
+
+
+def forget_process_wide_model_clients() -> None:
+    """Drop the clients of :data:`PROCESS_WIDE_CLIENT_CACHES` (of the packages imported so far)."""
+    for module_name, names in PROCESS_WIDE_CLIENT_CACHES.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            cached = getattr(module, name, None)
+            if cached is not None and hasattr(cached, "cache_clear"):
+                cached.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def fresh_model_clients() -> Iterator[None]:
+    yield
+    forget_process_wide_model_clients()
+
+
 @pytest.fixture(autouse=True)
 def restore_root_logging() -> Iterator[None]:
     """Put the root logger back after each test: code under test that calls ``configure_logging``
