@@ -1,7 +1,10 @@
 """Shared fixtures: every test gets its own clawlet home, clean provider settings, no network.
 
 Network access is blocked by pytest-socket (see ``addopts`` in pyproject.toml); only loopback is
-allowed, so an accidental call to a real LLM provider fails the test run.
+allowed, so an accidental call to a real LLM provider fails the test run. Before that, the provider
+factory refuses to build a chat model for an endpoint off loopback (``CLAWLET_LOOPBACK_MODELS_ONLY``,
+set for every test and inherited by the processes tests start): tests use an in-process model
+(``clawlet.testing.function_model``) or the scripted server (``clawlet.testing.scripted_openai``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def clawlet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in list(os.environ):
         if name.startswith("CLAWLET_") and name != "CLAWLET_HOME":
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLAWLET_LOOPBACK_MODELS_ONLY", "1")  # no test reaches a real provider
     monkeypatch.chdir(tmp_path)  # so no stray .env from the repository is read
     # openclaw.json (the inbox's agent list) never comes from the real ~/.openclaw
     monkeypatch.setenv("OPENCLAW_CONFIG_PATH", str(tmp_path / "openclaw" / "openclaw.json"))

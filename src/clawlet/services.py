@@ -28,6 +28,8 @@ from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
     from clawlet.engine.agent import AgentEngine
     from clawlet.runtime.engine_pool import EnginePool
 
@@ -57,6 +59,8 @@ class EngineHandle:
     memory: MemoryIndex
     knowledge: KnowledgeBase
     demo_token_delay: float = 0.0
+    model: BaseChatModel | None = None
+    """The chat model the engine uses instead of the configured provider's (a test's in-process model)."""
     _engine: AgentEngine | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -72,6 +76,7 @@ class EngineHandle:
                         self.memory,
                         self.knowledge,
                         demo_token_delay=self.demo_token_delay,
+                        model=self.model,
                     )
         return self._engine
 
@@ -108,13 +113,16 @@ def build_services(
     runtimes: RuntimeTable = local_runtimes,
     workspace: str = "",
     on_run: WorkspaceRunObserver | None = None,
+    model: BaseChatModel | None = None,
 ) -> Services:
+    """The services of ``settings``' home; ``model`` replaces the configured provider's chat model
+    (an in-process model a test gives)."""
     paths = settings.paths
     runtime_config = RuntimeConfig(paths.config_file)
     embedder = build_embedder(settings)
     memory = MemoryIndex(paths, embedder)
     knowledge = KnowledgeBase(paths, embedder)
-    engine = EngineHandle(settings, runtime_config, memory, knowledge, demo_token_delay)
+    engine = EngineHandle(settings, runtime_config, memory, knowledge, demo_token_delay, model)
     transcripts = TranscriptStore(paths.sessions, paths.root)
     observer = None if on_run is None else functools.partial(on_run, workspace)
     manager = SessionManager(settings, transcripts, runtimes(workspace, engine), observer)
