@@ -3,11 +3,11 @@
 The idea of pydantic-ai's ``FunctionModel``: the test gives a plain function of the messages the
 model is sent (and of :class:`CallInfo`: the tools bound, the call's options) that returns the
 reply, text (a ``str``) or an ``AIMessage`` with tool calls (:func:`reply`, :func:`tool_call`).
-The model streams that reply like a real provider: the text in several chunks, then every tool call
-as a ``tool_call_chunk`` (LangChain's ``GenericFakeChatModel`` drops tool calls when streaming), then
-a last chunk with the reply's usage and response metadata. Every call is recorded in
-:attr:`FunctionModel.calls` (shared by the copies ``bind_tools`` makes), so a test can check what
-the model was sent. A function that raises makes the model call fail.
+The model streams that reply like a real provider (:mod:`clawlet.llm.replying`): the text in several
+chunks, then every tool call as a ``tool_call_chunk`` (LangChain's ``GenericFakeChatModel`` drops
+tool calls when streaming), then a last chunk with the reply's usage and response metadata. Every
+call is recorded in :attr:`FunctionModel.calls` (shared by the copies ``bind_tools`` makes), so a
+test can check what the model was sent. A function that raises makes the model call fail.
 
 Example::
 
@@ -21,22 +21,18 @@ Example::
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall, UsageMetadata
-from langchain_core.messages.tool import tool_call_chunk
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, UsageMetadata
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-from clawlet.llm.demo import split_tokens
+from clawlet.llm.replying import ReplyingChatModel
 
 __all__ = ["CallInfo", "FunctionModel", "ModelFunction", "reply", "tool_call"]
 
@@ -87,7 +83,7 @@ def as_openai_tool(tool: Any) -> dict[str, Any]:
     return dict(convert_to_openai_tool(tool))
 
 
-class FunctionModel(BaseChatModel):
+class FunctionModel(ReplyingChatModel):
     """A chat model answering with :attr:`function` (see the module docstring)."""
 
     function: ModelFunction
@@ -115,65 +111,9 @@ class FunctionModel(BaseChatModel):
         update = {"bound_tools": [as_openai_tool(tool) for tool in tools], "bound_options": options}
         return self.model_copy(update=update)
 
-    def answer(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+    def reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
         """Call the function (recording the call) and make its answer an ``AIMessage``."""
         info = CallInfo(tools=list(self.bound_tools), options={**self.bound_options, **kwargs})
         self.calls.append((list(messages), info))
         answer = self.function(list(messages), info)
         return AIMessage(content=answer) if isinstance(answer, str) else answer
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.answer(messages, **kwargs))])
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        for chunk in chunks_of(self.answer(messages, **kwargs)):
-            generation = ChatGenerationChunk(message=chunk)
-            if run_manager and chunk.text:
-                run_manager.on_llm_new_token(chunk.text, chunk=generation)
-            yield generation
-
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in chunks_of(self.answer(messages, **kwargs)):
-            generation = ChatGenerationChunk(message=chunk)
-            if run_manager and chunk.text:
-                await run_manager.on_llm_new_token(chunk.text, chunk=generation)
-            yield generation
-
-
-def chunks_of(message: AIMessage) -> Iterator[AIMessageChunk]:
-    """``message`` as a provider streams it: its reasoning (``additional_kwargs``), its text in
-    pieces, one chunk per tool call, and a last chunk with its usage and response metadata."""
-    if message.additional_kwargs:
-        yield AIMessageChunk(content="", additional_kwargs=message.additional_kwargs)
-    for piece in split_tokens(message.text):
-        yield AIMessageChunk(content=piece)
-    for index, call in enumerate(message.tool_calls):
-        args = json.dumps(call["args"], ensure_ascii=False)
-        yield AIMessageChunk(
-            content="",
-            tool_call_chunks=[tool_call_chunk(name=call["name"], args=args, id=call["id"], index=index)],
-        )
-    yield AIMessageChunk(
-        content="",
-        usage_metadata=message.usage_metadata,
-        response_metadata=message.response_metadata,
-        chunk_position="last",
-    )
