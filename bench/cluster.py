@@ -38,7 +38,7 @@ configuration, next to the running local server:
    the ``done`` event), time to first token p50/p99 (the first ``token`` event) and errors.
 
 Before that, **session process start** (issue 15 §5): ``--start-samples`` session processes started
-one after another the exec plane's way (:class:`~clawlet.runtime.process.ProcessSessionAdapter`
+one after another the exec plane's way (:class:`~clawlet.execplane.session_process.ProcessSessionAdapter`
 in this process, on the scripted model), alternately forked from a session template
 (:mod:`clawlet.execplane.session_template`) and spawned as fresh interpreters: the time from the
 request to the process's ``ready`` (its engine built), its CPU time by then, its first turn, and,
@@ -87,16 +87,16 @@ import httpx
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.config import Settings
 from clawlet.engine.context import DEFAULT_CONTEXT
-from clawlet.execplane.session_template import SessionTemplate, template_supported
-from clawlet.home import init_home
-from clawlet.llm.demo import TITLE_REQUEST_MARKER
-from clawlet.runtime.base import RunConfig, UserMessage
-from clawlet.runtime.process import (
+from clawlet.execplane.session_process import (
     ProcessOptions,
     ProcessSessionAdapter,
     SessionProcessError,
     SessionProcessSpec,
 )
+from clawlet.execplane.session_template import SessionTemplate, template_supported
+from clawlet.home import init_home
+from clawlet.llm.demo import TITLE_REQUEST_MARKER
+from clawlet.runtime.base import RunConfig, UserMessage
 from cluster_scale import ScaleResult, raise_fd_limit, run_scale, scale_failed, scale_report
 from profiles import enable_profiling, profile_report, request_profiles
 from support import ClawletProcess, clean_environ, free_port, percentile, process_cpu, smaps_rollup, uss_bytes

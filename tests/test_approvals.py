@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from clawlet.config import RuntimeConfig, Settings
-from clawlet.engine.approvals import apply_policies, effective_policies
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import apply_policies, effective_policies
 from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
 from tests.conftest import LiveServer, assert_error, lines_of, parse_sse

@@ -22,7 +22,7 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from clawlet.runtime.checkpointer import (
+from clawlet.engine.checkpointer import (
     CHECKPOINT_KEEP_COUNT,
     LocalCheckpointer,
     decode_name,
@@ -196,7 +196,7 @@ def test_unchanged_channels_missing_from_values_come_from_the_parent(tmp_path: P
 def test_corrupt_and_half_written_files_are_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="clawlet.runtime.checkpointer")
+    caplog.set_level(logging.WARNING, logger="clawlet.engine.checkpointer")
     saver = LocalCheckpointer(tmp_path)
     stored = _put_chain(saver, "t", 4, with_writes=True)
     ids = [c["configurable"]["checkpoint_id"] for c in stored]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from clawlet.runtime.checkpointer import LocalCheckpointer
+from clawlet.engine.checkpointer import LocalCheckpointer
 from tests.test_checkpointer import _config, _put_chain
 
 

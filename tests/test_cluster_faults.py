@@ -36,9 +36,9 @@ from clawlet.controlplane.db import ControlPlaneStore, default_database_url
 from clawlet.controlplane.frontend import resume_after
 from clawlet.execplane.offline import USAGE_QUEUE_FILE
 from clawlet.execplane.session_child import CHILD_MODULE
+from clawlet.execplane.session_process import PROCESS_LOG
 from clawlet.execplane.session_template import TEMPLATE_MODULE
 from clawlet.llm.demo import TITLE_REQUEST_MARKER
-from clawlet.runtime.process import PROCESS_LOG
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import free_port, parse_sse
 

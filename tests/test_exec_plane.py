@@ -1,4 +1,4 @@
-"""The execution plane (clawlet.execplane.daemon, session_child, client; clawlet.runtime.process) against
+"""The execution plane (clawlet.execplane: daemon, session_child, session_process, client) against
 a scripted control plane: real session processes, a real WebSocket on loopback, the offline demo model.
 
 ``openclaw`` sessions run the real Node.js bridge (``bridge/``, needs ``node`` >= 20 and ``npm ci``
@@ -53,9 +53,14 @@ from clawlet.events import (
 from clawlet.execplane.client import ControlPlaneClient, ControlPlaneUnavailable, EventSink, forward_event
 from clawlet.execplane.daemon import ExecPlane, bridge_api_keys, openclaw_agent_config, session_settings
 from clawlet.execplane.session_child import SessionChild, make_long_term_memory_tool, make_remote_mcp_tool
+from clawlet.execplane.session_process import (
+    ProcessOptions,
+    ProcessSessionAdapter,
+    describe_exit,
+    start_slots,
+)
 from clawlet.home import init_home
 from clawlet.runtime.openclaw_bridge import BridgeOptions, OpenClawBridgeAdapter, default_bridge_dir
-from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, describe_exit, start_slots
 from clawlet.tools.base import ToolError
 from tests.conftest import LiveServer
 from tests.support.exec_planes import client_for
@@ -583,14 +588,13 @@ async def test_a_session_process_that_cannot_start_is_reported_and_tried_again(
 async def test_cancel_ends_a_slow_turn_with_its_partial_text(
     plane: ScriptedControlPlane, make_plane: MakePlane
 ) -> None:
-    exec_plane = await make_plane(delay=0.2)  # the demo reply would take about 8 s
+    exec_plane = await make_plane(delay=2.0)  # the demo reply would take about 80 s
     await plane.start_session("s1")
     await plane.user_message("s1", {"content": "take your time"})
-    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 20)
-    cancelled_at = time.monotonic()
+    await plane.wait_for(lambda: len(events_of(plane, "s1")) >= 2, 60)
     await plane.cancel("s1")
-    (final,) = await wait_finals(plane, "s1", timeout=5)
-    assert time.monotonic() - cancelled_at < 3
+    # the turn ends at once (30 s: any loaded machine), not when its reply would have been done
+    (final,) = await wait_finals(plane, "s1", timeout=30)
     assert final["type"] == "execution_complete" and final["cancelled"] is True
     streamed = "".join(data["content"] for data in events_of(plane, "s1") if data["type"] == "text_chunk")
     assert final["content"] == streamed and streamed.startswith("[demo]")

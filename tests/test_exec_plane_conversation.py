@@ -21,11 +21,11 @@ import pytest
 
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.controlplane.seed_events import seed_event
-from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.compression import SUMMARY_REQUEST_MARKER
+from clawlet.engine.tool_approvals import Decision, InvalidDecision
 from clawlet.events import ApprovalRequested, event_from_json
 from clawlet.execplane.daemon import ExecPlane
-from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter
+from clawlet.execplane.session_process import ProcessOptions, ProcessSessionAdapter
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -37,6 +36,10 @@ from tests.support.gateway_schema import ProtocolSchema
 from tests.support.scripted_gateway import SILENT, ScriptedGateway, ScriptedRun
 
 TOKEN = "scripted-secret-token"
+#: Seconds within which "at once" must happen: far longer than any delay on a loaded machine, far
+#: shorter than the timeouts (SLOW) the client would wait for if it did not fail at once.
+AT_ONCE = 30.0
+SLOW = 600.0
 
 
 # -- fixtures and helpers ------------------------------------------------------------------------
@@ -232,11 +235,9 @@ async def test_unreachable_gateway_fails_start_fast(harness: Harness) -> None:
     await gw.start()
     url = gw.url
     await gw.stop()
-    client = harness.client(url)
-    started = time.monotonic()
+    client = harness.client(url, request_timeout=SLOW, backoff_initial=SLOW, backoff_max=SLOW)
     with pytest.raises(GatewayUnavailable, match="cannot connect"):
-        await client.start()
-    assert time.monotonic() - started < 2.0
+        await asyncio.wait_for(client.start(), AT_ONCE)  # no retry, no waiting for a timeout
     assert not client.connected
 
 
@@ -403,7 +404,7 @@ async def test_abort_params_and_the_aborted_update(gateway: ScriptedGateway, har
     task = asyncio.create_task(consume())
     await until(lambda: updates, "the first delta")
     result = await client.abort("Agent:Main:Main", key)
-    await asyncio.wait_for(task, 3)
+    await asyncio.wait_for(task, AT_ONCE)
     assert gateway.requests("chat.abort")[-1]["params"] == {"sessionKey": "agent:main:main", "runId": key}
     assert result == {"ok": True, "aborted": True, "runIds": [key]}
     assert summary(updates)[-1] == ("aborted", "partial", "", False)
@@ -418,10 +419,9 @@ async def test_chat_timeout_aborts_the_run(gateway: ScriptedGateway, harness: Ha
 
     gateway.chat_handler = handler
     key = str(uuid.uuid4())
-    started = time.monotonic()
-    with pytest.raises(TimeoutError, match=key):
-        await run_chat(harness.client(gateway.url), idempotency_key=key, timeout=0.3)
-    assert time.monotonic() - started < 2.0
+    client = harness.client(gateway.url, request_timeout=SLOW)
+    with pytest.raises(TimeoutError, match=key):  # the chat's own timeout, not the client's
+        await asyncio.wait_for(run_chat(client, idempotency_key=key, timeout=0.3), AT_ONCE)
     await until(lambda: gateway.requests("chat.abort"), "the chat.abort after the timeout")
     assert gateway.requests("chat.abort")[-1]["params"] == {"sessionKey": "agent:main:main", "runId": key}
 
@@ -431,12 +431,10 @@ async def test_chat_timeout_aborts_the_run(gateway: ScriptedGateway, harness: Ha
 
 async def test_request_timeout_is_gateway_unavailable(gateway: ScriptedGateway, harness: Harness) -> None:
     gateway.methods["slow.method"] = SILENT
-    client = harness.client(gateway.url)
+    client = harness.client(gateway.url, request_timeout=SLOW)
     await client.start()
-    started = time.monotonic()
-    with pytest.raises(GatewayUnavailable, match=r"slow\.method"):
-        await client.request("slow.method", {"x": 1}, timeout=0.2)
-    assert time.monotonic() - started < 1.5
+    with pytest.raises(GatewayUnavailable, match=r"slow\.method"):  # the request's timeout, not the client's
+        await asyncio.wait_for(client.request("slow.method", {"x": 1}, timeout=0.2), AT_ONCE)
     assert client.connected
     assert await client.request("health") == {"ok": True}
 
@@ -471,19 +469,18 @@ async def test_disconnect_fails_pending_requests_and_chats(
     updates: list[ChatUpdate] = []
 
     async def consume() -> None:
-        async for update in client.chat("agent:main:main", "work", str(uuid.uuid4()), timeout=30):
+        async for update in client.chat("agent:main:main", "work", str(uuid.uuid4()), timeout=SLOW):
             updates.append(update)
 
     chat_task = asyncio.create_task(consume())
-    request_task = asyncio.create_task(client.request("slow.method", timeout=30))
+    request_task = asyncio.create_task(client.request("slow.method", timeout=SLOW))
     await until(lambda: updates and gateway.requests("slow.method"), "a delta and the pending request")
-    started = time.monotonic()
     gateway.latest.drop()
+    # in-flight work fails at once, not at its timeout
     with pytest.raises(GatewayUnavailable, match="may still finish on the gateway"):
-        await asyncio.wait_for(chat_task, 3)
+        await asyncio.wait_for(chat_task, AT_ONCE)
     with pytest.raises(GatewayUnavailable, match="connection was lost"):
-        await asyncio.wait_for(request_task, 3)
-    assert time.monotonic() - started < 2.0, "in-flight work must fail at once, not at its timeout"
+        await asyncio.wait_for(request_task, AT_ONCE)
     assert summary(updates) == [("delta", "half", "half", False)]
     await until(lambda: client.connected and client.connects == 2, "the reconnect")
 
@@ -511,12 +508,13 @@ async def test_server_restart_reconnects_and_a_new_chat_works(
     port = gateway.port
     await gateway.stop()
     await until(lambda: not client.connected, "the client to notice the stop")
-    waiting = asyncio.create_task(client.request("health", timeout=5))
+    waiting = asyncio.create_task(client.request("health", timeout=SLOW))
     await asyncio.sleep(0.3)  # a few refused attempts while the gateway is down
     assert not waiting.done()
     await gateway.start()
     assert gateway.port == port
-    assert await asyncio.wait_for(waiting, 5) == {"ok": True}, "a request during a reconnect waits for it"
+    # a request during a reconnect waits for it
+    assert await asyncio.wait_for(waiting, AT_ONCE) == {"ok": True}
     assert client.connects == 2
     updates = await run_chat(client, "again")
     assert updates[-1].state == "final" and updates[-1].text == "Echo: again"
@@ -533,10 +531,8 @@ async def test_gives_up_after_max_reconnects_and_recovers_later(
     assert len(gateway.connections) == 1 + 3, "exactly max_reconnects attempts"
     await asyncio.sleep(0.1)
     assert len(gateway.connections) == 4, "no attempts after giving up"
-    started = time.monotonic()
-    with pytest.raises(GatewayUnavailable):
-        await client.request("health", timeout=5)
-    assert time.monotonic() - started < 4.0, "requests fail fast once the client gave up (timeout: 5 s)"
+    with pytest.raises(GatewayUnavailable):  # fails fast once the client gave up, not at its timeout
+        await asyncio.wait_for(client.request("health", timeout=SLOW), AT_ONCE)
     assert len(gateway.connections) == 5, "a request after giving up makes one fresh attempt"
     gateway.refuse_connections = False
     assert await client.request("health") == {"ok": True}
@@ -602,7 +598,7 @@ async def test_close_fails_in_flight_chats_and_later_requests(
     await until(lambda: gateway.runs, "the run to start")
     await client.close()
     with pytest.raises(GatewayUnavailable, match="closed"):
-        await asyncio.wait_for(chat_task, 3)
+        await asyncio.wait_for(chat_task, AT_ONCE)
     with pytest.raises(GatewayUnavailable, match="closed"):
         await client.request("health")
     await asyncio.sleep(0.1)
@@ -634,7 +630,7 @@ async def test_every_frame_the_client_sends_is_schema_valid(
     hanging = asyncio.create_task(run_chat(client, "hang", key="agent:writer:main"))
     await until(lambda: len(gateway.runs) == 2 and gateway.runs[1].text, "the second run")
     await client.abort("agent:writer:main")
-    await asyncio.wait_for(hanging, 3)
+    await asyncio.wait_for(hanging, AT_ONCE)
     await client.request("chat.history", {"sessionKey": "agent:main:main", "limit": 20})
     await client.request("agents.list", {})
     await client.request("models.list", {})

@@ -101,7 +101,7 @@ def test_a_question_waits_and_the_answer_resumes_the_same_run(server: LiveServer
             "callId": item["callId"],
             "allowedDecisions": ["answer", "reject"],
         }
-        assert item["callId"]  # the pending item's one shape, camelCased (engine.approvals.pending_to_json)
+        assert item["callId"]  # the pending item's one shape, camelCased (tool_approvals.pending_to_json)
         assert "completedAt" not in waiting
         asked = messages(client, task_id)
         assert [m["senderType"] for m in asked] == ["user", "agent"]
@@ -409,11 +409,11 @@ def test_a_run_stopped_between_its_pause_and_the_status_change_waits_after_a_res
 
 def test_session_refusals_are_the_one_mapping_in_the_inbox_format() -> None:
     from clawlet.api.session_errors import session_error
-    from clawlet.engine.approvals import InvalidDecision
+    from clawlet.engine.tool_approvals import InvalidDecision
     from clawlet.events import ApprovalRequested
     from clawlet.inbox.backends import refused
     from clawlet.inbox.models import Task
-    from clawlet.runtime.base import RuntimeError_
+    from clawlet.runtime.base import RuntimeFailure
     from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
 
     task = Task("01TASK", "main", "t", False, "running", 1, 1)
@@ -425,7 +425,7 @@ def test_session_refusals_are_the_one_mapping_in_the_inbox_format() -> None:
         ApprovalDecided("ap1", "approve"),
         ApprovalNotFound("ap9"),
         InvalidDecision("no"),
-        RuntimeError_("gone"),
+        RuntimeFailure("gone"),
     ]
     for exc in refusals:
         outcome = refused(exc, task, "ap1")

@@ -13,11 +13,10 @@ import openai
 import pytest
 
 from clawlet.config import Settings
-from clawlet.engine.context import RunContext
+from clawlet.engine.context import RunContext, context_from_json, context_to_json
 from clawlet.llm.images import Image
 from clawlet.llm.response_format import parse_response_format
-from clawlet.runtime.approvals import context_from_json, context_to_json
-from clawlet.runtime.process_pipe import decode_context, encode_context
+from clawlet.runtime.approval_store import PausedTurn
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import LiveServer
 
@@ -131,6 +130,6 @@ def test_the_new_context_fields_survive_the_process_pipe_and_a_pause() -> None:
         {"type": "json_schema", "json_schema": {"name": "A", "schema": {"type": "object"}}}
     )
     context = RunContext(response_format=fmt, images=(Image(WEB_URL, "low"), Image(DATA_URL)))
-    assert decode_context(encode_context(context)) == context
-    paused = context_from_json(context_to_json(context))
+    assert context_from_json(context_to_json(context)) == context
+    paused = PausedTurn.from_json(PausedTurn([], context).to_json()).context
     assert paused.response_format == fmt and paused.images == ()

@@ -24,8 +24,13 @@ from clawlet.controlplane.seed_events import seed_event
 from clawlet.execplane import session_template
 from clawlet.execplane.client import ControlPlaneClient
 from clawlet.execplane.daemon import ExecPlane
+from clawlet.execplane.session_process import (
+    EXIT_UNKNOWN,
+    ProcessOptions,
+    ProcessSessionAdapter,
+    describe_exit,
+)
 from clawlet.execplane.session_template import SessionTemplate, TemplateChild, template_supported
-from clawlet.runtime.process import EXIT_UNKNOWN, ProcessOptions, ProcessSessionAdapter, describe_exit
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane

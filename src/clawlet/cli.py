@@ -34,9 +34,6 @@ from clawlet.home import init_home
 from clawlet.secret_env import move_secrets_to_memory, receive_secrets
 
 DEMO_TOKEN_DELAY = 0.02
-# On SIGTERM / Ctrl+C, open streams get this long to finish; then they are closed and running
-# turns are cancelled (their partial output is saved) instead of keeping the process alive.
-GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
 def cmd_init(settings: Settings) -> int:
@@ -53,13 +50,14 @@ def cmd_serve(settings: Settings) -> int:
     """Serve the home. Before it answers ``/health/ready`` the server imports only what the app and its
     routes need: LangChain, LangGraph, the model SDKs, numpy, jsonschema and httpx (about a second
     and 40 MB) are imported by the first request that uses them (a workspace's engine is built on
-    first use, :class:`clawlet.services.EngineHandle`; ``tests/test_startup_imports.py`` guards it)."""
+    first use, :class:`clawlet.runtime.engine_adapter.EngineHandle`; ``tests/test_startup_imports.py``
+    guards it)."""
     import uvicorn
 
     from clawlet.api.app import create_app
     from clawlet.llm.providers import ProviderConfigError, describe_model
     from clawlet.logs import configure_logging
-    from clawlet.serving import uvicorn_options
+    from clawlet.serving import GRACEFUL_SHUTDOWN_SECONDS, uvicorn_options
     from clawlet.tools.sandbox import sandbox_status, startup_warning
 
     if settings.listens_beyond_loopback and not settings.accepted_tokens:

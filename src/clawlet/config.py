@@ -256,6 +256,11 @@ class Settings(BaseSettings):
         return HomePaths(self.home.expanduser().resolve())
 
 
+# The most characters of one home file (AGENTS.md, SOUL.md, MEMORY.md, ...) the system prompt takes;
+# save_memory refuses a fact that would grow MEMORY.md past it.
+MAX_COMPONENT_CHARS = 20_000
+
+
 @dataclass(frozen=True)
 class HomePaths:
     """Where everything lives under the clawlet home."""
@@ -319,7 +324,7 @@ class RuntimeConfig:
     ``config.json``.
 
     ``tool_approvals`` maps tool names to ``allow``, ``ask`` or ``deny`` (see
-    :mod:`clawlet.engine.approvals`). A named workspace's config has the main home's as ``parent``:
+    :mod:`clawlet.engine.tool_approvals`). A named workspace's config has the main home's as ``parent``:
     the main home's policies apply to every workspace, and a workspace's own entries win."""
 
     def __init__(self, path: Path, parent: RuntimeConfig | None = None) -> None:

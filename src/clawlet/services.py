@@ -15,14 +15,14 @@ import functools
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.files import EditableFiles
 from clawlet.home import init_home
 from clawlet.memory.stores import MEMORY_SOURCE, KnowledgeBase, MemoryIndex, build_embedder
-from clawlet.runtime.engine_adapter import EngineAdapter
+from clawlet.runtime.engine_adapter import EngineAdapter, EngineHandle
 from clawlet.runtime.manager import AdapterFactory, Run, SessionManager
 from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
@@ -50,38 +50,7 @@ class Services:
         return self.engine_handle.get()
 
 
-@dataclass
-class EngineHandle:
-    """A workspace's agent engine, built (and LangChain imported) the first time it is asked for."""
-
-    settings: Settings
-    runtime_config: RuntimeConfig
-    memory: MemoryIndex
-    knowledge: KnowledgeBase
-    demo_token_delay: float = 0.0
-    model: BaseChatModel | None = None
-    """The chat model the engine uses instead of the configured provider's (a test's in-process model)."""
-    _engine: AgentEngine | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-
-    def get(self) -> AgentEngine:
-        if self._engine is None:
-            with self._lock:
-                if self._engine is None:
-                    from clawlet.engine.agent import AgentEngine
-
-                    self._engine = AgentEngine(
-                        self.settings,
-                        self.runtime_config,
-                        self.memory,
-                        self.knowledge,
-                        demo_token_delay=self.demo_token_delay,
-                        model=self.model,
-                    )
-        return self._engine
-
-
-RuntimeTable = Callable[[str, "EngineHandle"], dict[str, AdapterFactory]]
+RuntimeTable = Callable[[str, EngineHandle], dict[str, AdapterFactory]]
 """The runtimes of a workspace's sessions: ``(workspace name, its engine's handle) → {runtime type:
 factory}`` (the name is ``""`` for the default workspace; ``handle.get()`` builds the engine on first
 call)."""

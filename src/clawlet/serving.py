@@ -1,7 +1,9 @@
 """What every clawlet HTTP server is started with: ``clawlet serve``, its separate gateway port, the
 control plane, and the test and bench servers that stand in for them.
 
-``uvicorn_options()`` gives the event loop (see :mod:`clawlet.aio`) and the keep-alive timeout.
+``uvicorn_options()`` gives the event loop (see :mod:`clawlet.aio`) and the keep-alive timeout;
+:data:`GRACEFUL_SHUTDOWN_SECONDS` is how long ``clawlet serve`` and the control plane let open streams
+finish on shutdown.
 
 Keep-alive: an idle connection stays open :data:`KEEP_ALIVE_SECONDS`. uvicorn's default, 5 s, is
 exactly httpx's ``keepalive_expiry`` (which the OpenAI SDKs and LangChain use), so a client that
@@ -20,6 +22,10 @@ from clawlet import aio
 #: Seconds an idle keep-alive connection stays open: longer than common clients keep theirs
 #: (httpx and the OpenAI SDKs 5 s, Node's fetch 4 s, aiohttp 15 s).
 KEEP_ALIVE_SECONDS: Final = 75
+
+#: On SIGTERM / Ctrl+C, open streams get this long to finish; then they are closed and running
+#: turns are cancelled (their partial output is saved) instead of keeping the process alive.
+GRACEFUL_SHUTDOWN_SECONDS: Final = 3
 
 
 def uvicorn_options() -> dict[str, Any]:

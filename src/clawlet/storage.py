@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -172,3 +173,20 @@ def atomic_write_json(path: Path, data: Any, *, root: Path | None = None) -> os.
     """Replace ``path`` with pretty-printed JSON (non-ASCII kept readable) atomically (guarded
     inside ``root`` when given)."""
     return atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", root=root)
+
+
+@contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (POSIX; elsewhere nothing is locked)."""
+    if sys.platform == "win32":
+        yield
+        return
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse
-from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from fastapi import FastAPI
 
 from clawlet import __version__
 from clawlet.api import auth, gateway_ws, health, native, process
-from clawlet.api.errors import OPENAI_PREFIX, error_body, install_error_handlers
+from clawlet.api.auth import TokenGuard
+from clawlet.api.errors import install_error_handlers
 from clawlet.api.inbox import install_inbox
 from clawlet.api.openai import chat as openai_chat
 from clawlet.api.openai import responses as openai_responses
-from clawlet.api.openai.errors import openai_error
 from clawlet.api.openapi_errors import document_errors
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.static import install_static
@@ -43,72 +39,6 @@ from clawlet.services import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def token_matches(accepted: list[str], authorization: str | None) -> bool:
-    """Constant-time check of an ``Authorization: Bearer <token>`` header against every accepted
-    token (all are compared, so timing does not tell which one nearly matched)."""
-    if not authorization or not authorization.lower().startswith("bearer "):
-        return False
-    supplied = authorization[7:].strip().encode()
-    matched = False
-    for token in accepted:
-        matched |= hmac.compare_digest(supplied, token.encode())
-    return matched
-
-
-class TokenGuard:
-    """ASGI middleware: ``/api/*``, ``/v1/*``, ``/process`` and the API docs need ``Authorization:
-    Bearer <token>`` (each surface answers 401 in its own error format); other paths pass. Plain ASGI, so
-    streamed responses are not copied through an extra stream."""
-
-    def __init__(self, app: ASGIApp, tokens: list[str]) -> None:
-        self.app = app
-        self.tokens = tokens
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not is_guarded(scope) or token_matches(self.tokens, Headers(scope=scope).get("authorization")):
-            await self.app(scope, receive, send)
-            return
-        await refuse(scope, receive, send)
-
-
-async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
-    """Log an auth failure and answer 401 in the format of the surface the path belongs to."""
-    path = scope.get("path", "")
-    client = scope.get("client")
-    log.warning(
-        "auth failure: %s %s from %s",
-        scope.get("method", ""),
-        path,
-        client[0] if client else "?",
-        extra={"event": "auth_failure", "path": path},
-    )
-    await unauthorized(path)(scope, receive, send)
-
-
-#: FastAPI's API documentation: it describes every guarded route, so it is guarded too
-DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
-
-
-def is_guarded(scope: Scope) -> bool:
-    """Whether a request needs a bearer token: HTTP requests to ``/api/*``, ``/v1/*``, ``/process``
-    and the API documentation."""
-    path: str = scope.get("path", "")
-    return scope["type"] == "http" and (
-        path.startswith(("/api/", OPENAI_PREFIX)) or path == "/process" or path in DOCS_PATHS
-    )
-
-
-def unauthorized(path: str) -> Response:
-    """The 401 of the surface ``path`` belongs to (OpenAI's error shape or the workbench's)."""
-    if path.startswith(OPENAI_PREFIX) or path == "/process":
-        return openai_error("missing or invalid API key", 401, code="invalid_api_key")
-    return JSONResponse(
-        error_body("unauthorized", "missing or wrong bearer token"),
-        status_code=401,
-        headers={"WWW-Authenticate": "Bearer"},
-    )
 
 
 def create_app(

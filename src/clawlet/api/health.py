@@ -44,6 +44,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
 from clawlet import __version__
+from clawlet.api.auth import token_matches
 from clawlet.config import Settings
 from clawlet.inbox.backends import GatewayBackend
 from clawlet.inbox.service import InboxService
@@ -306,8 +307,6 @@ def overall_status(checks: dict[str, dict[str, Any]]) -> Literal["healthy", "deg
 
 
 def _authenticated(request: Request, settings: Settings) -> bool:
-    from clawlet.api.app import token_matches  # the app imports this module
-
     tokens = settings.accepted_tokens
     return not tokens or token_matches(tokens, request.headers.get("authorization"))
 

@@ -28,8 +28,8 @@ from clawlet.api.event_stream import HOLE, KEEPALIVE_SECONDS, FrameTemplate, Sse
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.api.sse_response import SseResponse
-from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import permission_note
 from clawlet.events import (
     ApprovalRequested,
     Event,

@@ -6,14 +6,14 @@ format. The workbench and the native endpoint raise it as it is, chat completion
 OpenAI's format (:func:`clawlet.api.openai.errors.openai_api_error`), the gateway as an ``ok:false``
 response (``clawlet.gateway.server``), the inbox as a failed task's message
 (``clawlet.inbox.backends``). A pending item in ``details`` has its one JSON shape
-(:func:`~clawlet.engine.approvals.pending_to_json`).
+(:func:`~clawlet.engine.tool_approvals.pending_to_json`).
 """
 
 from __future__ import annotations
 
 from clawlet.api.errors import ApiError
-from clawlet.engine.approvals import InvalidDecision, pending_to_json
-from clawlet.runtime.base import RuntimeError_
+from clawlet.engine.tool_approvals import InvalidDecision, pending_to_json
+from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt
 
@@ -24,7 +24,7 @@ SESSION_ERRORS = (
     ApprovalDecided,
     ApprovalNotFound,
     InvalidDecision,
-    RuntimeError_,
+    RuntimeFailure,
 )
 """What :meth:`~clawlet.runtime.manager.SessionManager.start_turn` and ``resume`` (after
 :func:`~clawlet.sessions.store.validate_session_id`) refuse with."""
@@ -75,6 +75,6 @@ def session_error(exc: Exception, session_id: str, approval_id: str = "", decide
             )
         case InvalidDecision():
             return ApiError(422, "invalid_decision", str(exc))
-        case RuntimeError_():
+        case RuntimeFailure():
             return ApiError(409, "cannot_resume", str(exc))
     raise TypeError(f"not a session error: {exc!r}") from exc

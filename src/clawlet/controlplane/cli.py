@@ -310,10 +310,10 @@ def serve(settings: Settings, data_dir: Path, host: str, port: int, public_url: 
     import uvicorn
 
     from clawlet import __version__
-    from clawlet.cli import GRACEFUL_SHUTDOWN_SECONDS
     from clawlet.controlplane.frontend import create_cluster_app
     from clawlet.controlplane.server import install_ticket_redaction, server_config
     from clawlet.logs import configure_logging
+    from clawlet.serving import GRACEFUL_SHUTDOWN_SECONDS
 
     shown_host = f"[{host}]" if ":" in host else host
     url = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown_host}:{port}"

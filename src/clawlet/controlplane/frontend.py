@@ -50,7 +50,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from clawlet.api.app import is_guarded, refuse
+from clawlet.api.auth import is_guarded, refuse
 from clawlet.api.errors import ApiError, install_error_handlers
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.sse_response import SseResponse

@@ -2,13 +2,13 @@
 
 The system prompt is reassembled before every model call so edits to the workspace files apply at
 once. Middleware refuses tools a turn may not use, pauses before tools whose approval policy is
-``ask`` (see :mod:`clawlet.engine.approvals`), turns tool exceptions into error ``ToolMessage``s
+``ask`` (see :mod:`clawlet.engine.tool_approvals`), turns tool exceptions into error ``ToolMessage``s
 (a failing tool never crashes a run), masks known secrets in every tool result
 (:mod:`clawlet.engine.masking`) and caps model and tool calls per run.
 
 A turn that may pause (for an approval, or for a client tool's result:
 :mod:`clawlet.engine.client_tools`) runs on a checkpointer
-(:class:`~clawlet.engine.approvals.PausePoint`); when it pauses, :meth:`AgentEngine.stream` ends
+(:class:`~clawlet.engine.tool_approvals.PausePoint`); when it pauses, :meth:`AgentEngine.stream` ends
 with ``ApprovalRequested`` / ``QuestionAsked`` events and a ``RunWaiting``, and a later call with
 ``resume=`` continues it from the checkpoint.
 """
@@ -39,7 +39,16 @@ from langgraph.types import Command
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
 from clawlet.engine import tracing
-from clawlet.engine.approvals import (
+from clawlet.engine.checkpointer import LocalCheckpointer
+from clawlet.engine.client_tool_middleware import ClientToolMiddleware
+from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.masking import SecretMaskMiddleware
+from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
+from clawlet.engine.prompt import build_system_prompt
+from clawlet.engine.sampling import SamplingMiddleware
+from clawlet.engine.structured import ResponseFormatMiddleware
+from clawlet.engine.token_release import TokenRelease
+from clawlet.engine.tool_approvals import (
     Decision,
     PausePoint,
     Resume,
@@ -50,14 +59,6 @@ from clawlet.engine.approvals import (
     hitl_decision,
     pending_from_interrupt,
 )
-from clawlet.engine.client_tool_middleware import ClientToolMiddleware
-from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.engine.masking import SecretMaskMiddleware
-from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
-from clawlet.engine.prompt import build_system_prompt
-from clawlet.engine.sampling import SamplingMiddleware
-from clawlet.engine.structured import ResponseFormatMiddleware
-from clawlet.engine.token_release import TokenRelease
 from clawlet.events import (
     Event,
     NewSegment,
@@ -77,7 +78,6 @@ from clawlet.llm.providers import build_chat_model, describe_model
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
 from clawlet.memory.index import SearchResult
 from clawlet.memory.stores import KnowledgeBase, MemoryIndex
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.skills.scanner import refresh_snapshot
 from clawlet.tools.base import ToolError
 from clawlet.tools.mcp import McpTools, config_fingerprint, load_mcp_tools
@@ -262,7 +262,7 @@ class AgentEngine:
         return next((tool for tool in self.tools() if tool.name == name), None)
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
-        """Raise :class:`~clawlet.engine.approvals.InvalidDecision` if ``decision`` does not fit."""
+        """Raise :class:`~clawlet.engine.tool_approvals.InvalidDecision` if ``decision`` does not fit."""
         tool = self.find_tool(pending.tool) if hasattr(pending, "tool") else None
         return check_decision(pending, decision, tool)
 

@@ -13,7 +13,7 @@ functions. Design:
   (:func:`provider_tool_choice`; the demo model ignores it).
 - **A call pauses the run.** When the model calls a client tool, the tool node raises a LangGraph
   interrupt for that call (``type: "client_tool"``) instead of running anything, the same pause a
-  tool needing approval uses (:mod:`clawlet.engine.approvals`, a checkpointer keeps the graph):
+  tool needing approval uses (:mod:`clawlet.engine.tool_approvals`, a checkpointer keeps the graph):
   several client calls in one model message pause together; clawlet tools called beside them run
   first as usual. The run ends with ``RunWaiting`` whose pending items are ``ApprovalRequested``
   with :data:`CLIENT_TOOL_DECISIONS` (``["result"]``): only the client's result answers them.

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from clawlet.config import Settings
 from clawlet.llm.demo_names import SUMMARY_REQUEST_MARKER
 from clawlet.llm.providers import build_chat_model
 from clawlet.sessions.store import StoredMessage, TranscriptStore, archive_and_summarise
-
-if TYPE_CHECKING:
-    from clawlet.runtime.manager import SessionManager
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +78,14 @@ async def summarise(settings: Settings, messages: list[StoredMessage]) -> str:
     return summary[:MAX_SUMMARY_CHARS]
 
 
+class SessionHolder(Protocol):
+    """What compression needs of the runtime's ``SessionManager``: keeping turns off a session."""
+
+    def hold(self, session_id: str) -> AbstractContextManager[None]: ...
+
+
 async def compress_session(
-    settings: Settings, transcripts: TranscriptStore, sessions: SessionManager, session_id: str
+    settings: Settings, transcripts: TranscriptStore, sessions: SessionHolder, session_id: str
 ) -> Compressed:
     """Summarise and archive the first half of a session, held meanwhile (a turn gets
     ``SessionBusy``). Raises ``SessionNotFound``, :class:`NotEnoughMessages`, :class:`SummaryFailed`,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Final, Literal
 
-from clawlet.engine.client_tools import ClientTool
+from clawlet.engine.client_tools import ClientTool, client_tools_from_json, client_tools_to_json
 from clawlet.llm.images import Image
 from clawlet.llm.response_format import ResponseFormat
 from clawlet.llm.sampling import NO_SAMPLING, Sampling
@@ -111,3 +111,53 @@ class RunContext:
 
 
 DEFAULT_CONTEXT = RunContext()
+
+
+_CONTEXT_SETS: Final = (
+    "disallowed_tools",
+    "ask_tools",
+    "policy_denied",
+    "approval_denied",
+    "skipped_approval",
+    "resume_call_ids",
+)
+"""The ``frozenset`` fields of ``RunContext`` (``allowed_tools`` may also be ``None``)."""
+
+
+def context_to_json(context: RunContext) -> dict[str, Any]:
+    """``context`` as JSON, every field: the one codec of a turn's context, used by the session
+    process's pipe (:mod:`clawlet.runtime.process_pipe`) and the paused-turn record
+    (:mod:`clawlet.runtime.approval_store`)."""
+    encoded: dict[str, Any] = {name: sorted(getattr(context, name)) for name in _CONTEXT_SETS}
+    encoded["allowed_tools"] = None if context.allowed_tools is None else sorted(context.allowed_tools)
+    encoded["extra_system_prompt"] = context.extra_system_prompt
+    encoded["approval_mode"] = context.approval_mode
+    encoded["sampling"] = context.sampling.to_json()
+    encoded["client_tools"] = client_tools_to_json(context.client_tools)
+    encoded["tool_choice"] = context.tool_choice
+    encoded["response_format"] = (
+        None if context.response_format is None else context.response_format.to_json()
+    )
+    encoded["images"] = [image.to_json() for image in context.images]
+    return encoded
+
+
+def context_from_json(data: Any, default: RunContext = DEFAULT_CONTEXT) -> RunContext:
+    """The context :func:`context_to_json` encoded; ``default`` when ``data`` is not an object, and
+    its ``approval_mode`` when the mode is missing or unknown. Missing fields take their defaults."""
+    if not isinstance(data, Mapping):
+        return default
+    allowed = data.get("allowed_tools")
+    mode = data.get("approval_mode")
+    sets = {name: frozenset(map(str, data.get(name) or ())) for name in _CONTEXT_SETS}
+    return RunContext(
+        allowed_tools=None if allowed is None else frozenset(map(str, allowed)),
+        extra_system_prompt=str(data.get("extra_system_prompt") or ""),
+        approval_mode=mode if mode in ("ask", "deny", "allow") else default.approval_mode,
+        sampling=Sampling.from_json(data.get("sampling")),
+        client_tools=client_tools_from_json(data.get("client_tools")),
+        tool_choice=str(data.get("tool_choice") or "auto"),
+        response_format=ResponseFormat.from_json(data.get("response_format")),
+        images=tuple(image for image in map(Image.from_json, data.get("images") or ()) if image is not None),
+        **sets,
+    )

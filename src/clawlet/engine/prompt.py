@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from clawlet.config import MAX_COMPONENT_CHARS
 from clawlet.filememo import FileMemo
 from clawlet.paths import UnsafePath, read_text_inside
 
 log = logging.getLogger(__name__)
 
-MAX_COMPONENT_CHARS = 20_000
 TRUNCATION_MARK = "\n... [truncated]"
 RAG_MEMORY_NOTE = (
     "Long-term memory (memory/MEMORY.md) is not included here. Relevant memory excerpts are "

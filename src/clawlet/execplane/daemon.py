@@ -6,7 +6,7 @@ control plane forwards the user's HTTP requests to it) and runs its lifespan. It
 ``SessionManager`` (one per workspace) keeps every session's one transcript (``home/sessions/``,
 exactly as in local mode) and its paused turns, and runs every turn: an API request's and a seed
 frame's alike. Its runtimes are :class:`SessionRuntime`: ``engine`` (the default) runs in a session
-process (:class:`~clawlet.runtime.process.ProcessSessionAdapter`, a pure runtime fed each
+process (:class:`~clawlet.execplane.session_process.ProcessSessionAdapter`, a pure runtime fed each
 turn's history, context, pause point and decision), ``openclaw`` on the bridge (below). A session
 the control plane started with ``start_session`` runs on the runtime made from that frame's data;
 any other (one an API request starts) gets one made from ``init``'s optional ``runtime_type``,
@@ -22,7 +22,7 @@ The seed frames, multiplexed by ``session_id`` over the machine's one WebSocket
 
 * ``start_session`` picks the runtime from ``runtime_type`` through a factory table: ``engine``
   (default; the seed's ``semigraph`` is an alias) runs clawlet's engine in a process of its own
-  (:class:`~clawlet.runtime.process.ProcessSessionAdapter`); ``openclaw`` runs the session on
+  (:class:`~clawlet.execplane.session_process.ProcessSessionAdapter`); ``openclaw`` runs the session on
   OpenClaw through the Node.js bridge (:class:`~clawlet.runtime.openclaw_bridge.OpenClawBridgeAdapter`,
   below). Any other type is refused with a ``RunFailed`` event and nothing is started (no fallback
   to another runtime); so is an ``openclaw`` session on a machine without Node >= 24.16 and the
@@ -149,8 +149,8 @@ from clawlet.cluster.protocol import (
 )
 from clawlet.config import Settings
 from clawlet.engine.agent import AgentEngine
-from clawlet.engine.approvals import Decision
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending, RunCancelled, RunFailed, RunFinished
 from clawlet.execplane.client import (
     ControlPlaneClient,
@@ -159,6 +159,7 @@ from clawlet.execplane.client import (
     forward_event,
     safe_url,
 )
+from clawlet.execplane.session_process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
 from clawlet.execplane.session_template import SessionTemplate, template_supported
 from clawlet.execplane.skill_cache import (
     SkillIndexEntry,
@@ -170,7 +171,8 @@ from clawlet.execplane.skill_cache import (
 from clawlet.execplane.tunnel import TunnelServer
 from clawlet.home import init_home
 from clawlet.llm.providers import ProviderConfigError, describe_model
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
+from clawlet.runtime.engine_adapter import EngineHandle
 from clawlet.runtime.manager import AdapterFactory as ManagerAdapterFactory
 from clawlet.runtime.manager import Run, SessionBusy, SessionManager, SessionWaiting
 from clawlet.runtime.openclaw_bridge import (
@@ -179,9 +181,8 @@ from clawlet.runtime.openclaw_bridge import (
     OpenClawBridgeAdapter,
     OpenClawBridgeError,
 )
-from clawlet.runtime.process import ProcessOptions, ProcessSessionAdapter, SessionProcessSpec
 from clawlet.runtime.process_pipe import RequestHandler, SkillRef
-from clawlet.services import EngineHandle, Workspaces
+from clawlet.services import Workspaces
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionNotFound, validate_session_id
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,7 @@ def mcp_server_names(value: Any) -> tuple[str, ...]:
 
 
 AdapterFactory = Callable[[SessionSpec], RuntimeAdapter | Awaitable[RuntimeAdapter]]
-"""Builds (does not start) a session's adapter; raising ``RuntimeError_`` (e.g. a runtime that is
+"""Builds (does not start) a session's adapter; raising ``RuntimeFailure`` (e.g. a runtime that is
 not installed here) refuses the session with the error's message."""
 
 
@@ -332,7 +333,7 @@ class SessionRuntime(RuntimeAdapter):
                 if isinstance(event, RunCancelled):
                     raise asyncio.CancelledError("the turn was cancelled")
                 if isinstance(event, RunFailed):
-                    raise RuntimeError_(event.error)
+                    raise RuntimeFailure(event.error)
                 yield event
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
@@ -839,7 +840,7 @@ class ExecPlane:
             runtime = await self._make_runtime(
                 "", self.workspaces.default.engine, session_id, requested, data
             )
-        except RuntimeError_ as exc:
+        except RuntimeFailure as exc:
             refusal = str(exc)
         if session.stopping:  # stopped while its runtime was being created: start nothing
             session.prepared.set()
@@ -878,13 +879,13 @@ class ExecPlane:
     ) -> tuple[_Runtime, bool]:
         """The runtime for a turn of ``session_id`` in ``workspace`` and whether it was made (and
         started) here for the caller: the one its ``start_session`` made, else a new one from
-        ``init``'s defaults. ``RuntimeError_`` when the session was refused."""
+        ``init``'s defaults. ``RuntimeFailure`` when the session was refused."""
         session = self._sessions.get(session_id) if workspace == "" else None
         if session is not None and not session.stopping and session.handled:
             await session.prepared.wait()
             if session.runtime is not None:
                 return session.runtime, False
-            raise RuntimeError_(session.refusal or f"session {session_id} was not started")
+            raise RuntimeFailure(session.refusal or f"session {session_id} was not started")
         requested = runtime_type
         if runtime_type == DEFAULT_RUNTIME_TYPE:  # what a turn asks for unless told otherwise
             requested = str(self.init_defaults().get("runtime_type") or runtime_type)
@@ -905,12 +906,12 @@ class ExecPlane:
         data: Mapping[str, Any],
     ) -> _Runtime:
         """Build (not start) a session's runtime from ``data`` over ``init``'s defaults;
-        ``RuntimeError_`` saying why it cannot be made (the session is refused)."""
+        ``RuntimeFailure`` saying why it cannot be made (the session is refused)."""
         self.apply_init()
         runtime_type = runtime_name(requested)
         refusal = self._refusal(requested, runtime_type)
         if refusal is not None:
-            raise RuntimeError_(refusal)
+            raise RuntimeFailure(refusal)
         data = {**self.init_defaults(), **{key: value for key, value in data.items() if value is not None}}
         try:
             agent_config = data.get("agent_config") or {}
@@ -936,15 +937,17 @@ class ExecPlane:
                 engine=engine,
             )
         except Exception as exc:
-            raise RuntimeError_(f"session {session_id} was not started: {exc}") from exc
+            raise RuntimeFailure(f"session {session_id} was not started: {exc}") from exc
         try:
             made = self.adapter_factories[runtime_type](spec)
             adapter = await made if inspect.isawaitable(made) else made
-        except RuntimeError_ as exc:  # e.g. the runtime is not installed here: say what is missing
-            raise RuntimeError_(f"session {session_id}: {exc}") from exc
+        except RuntimeFailure as exc:  # e.g. the runtime is not installed here: say what is missing
+            raise RuntimeFailure(f"session {session_id}: {exc}") from exc
         except Exception as exc:
             log.exception("could not create the %s runtime for session %s", runtime_type, session_id)
-            raise RuntimeError_(f"session {session_id} was not started: {type(exc).__name__}: {exc}") from exc
+            raise RuntimeFailure(
+                f"session {session_id} was not started: {type(exc).__name__}: {exc}"
+            ) from exc
         context = RunContext(extra_system_prompt=session_prompt(agent_config, block))
         return _Runtime(adapter, runtime_type, model, context)
 

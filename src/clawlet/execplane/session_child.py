@@ -1,7 +1,7 @@
 """The program a session process runs (``python -m clawlet.execplane.session_child``, or forked from
 the session template, :mod:`clawlet.execplane.session_template`): clawlet's engine for one exec-plane
 session, on the pipe of :mod:`clawlet.runtime.process_pipe` to its parent
-(:class:`clawlet.runtime.process.ProcessSessionAdapter`, where the process model is described).
+(:class:`clawlet.execplane.session_process.ProcessSessionAdapter`, where the process model is described).
 
 The child builds clawlet's engine for the clawlet home shared by the user's sessions and runs
 each turn it is sent on it (:class:`~clawlet.runtime.engine_adapter.EngineAdapter`) with the
@@ -13,7 +13,7 @@ decision. The session's short-term memory
 message before the turn and the assistant's reply (also a partial one) before the turn's final
 event goes out. The state of each turn that cannot pause is checkpointed when the turn ends (one
 checkpoint, not one per LangGraph step: per-step checkpoints cost about 20 ms of CPU per turn and
-nothing resumes a turn from them) by :class:`~clawlet.runtime.checkpointer.LocalCheckpointer` under
+nothing resumes a turn from them) by :class:`~clawlet.engine.checkpointer.LocalCheckpointer` under
 ``<session dir>/checkpoints/``: the agent graph gets the saver and a thread per turn, and older
 turns' threads are deleted when a turn ends, so the newest checkpoint is always the last turn's
 state (what the snapshot sync sends); a
@@ -28,9 +28,8 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,7 +39,8 @@ from pydantic import BaseModel, Field
 from clawlet import aio
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import AgentEngine
-from clawlet.engine.approvals import PausePoint
+from clawlet.engine.checkpointer import LocalCheckpointer
+from clawlet.engine.tool_approvals import PausePoint
 from clawlet.events import (
     Event,
     RunCancelled,
@@ -51,7 +51,6 @@ from clawlet.events import (
 )
 from clawlet.execplane.session_memory import SessionMemory
 from clawlet.runtime.base import UserMessage
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.engine_adapter import EngineAdapter
 from clawlet.runtime.process_pipe import (
     CHECKPOINTS_DIR,
@@ -71,10 +70,6 @@ CHILD_MODULE: Final = "clawlet.execplane.session_child"
 log = logging.getLogger(CHILD_MODULE)  # not __name__: the child runs this module as __main__
 MEMORY_ROLE_USER: Final = "user"
 MEMORY_ROLE_ASSISTANT: Final = "assistant"
-INDEX_LOCK: Final = ".exec-plane-index.lock"
-"""Under the home's ``storage/``: session processes open the shared SQLite indexes one at a time
-(opening runs a read-then-write transaction that fails at once with ``database is locked`` when two
-processes run it together)."""
 CHILD_REQUEST_TIMEOUT: Final = 120.0
 """How long a child waits for the parent's answer to a request (a skill package fetch)."""
 
@@ -188,23 +183,6 @@ def make_remote_mcp_tool(servers: Sequence[str], request: RequestHandler) -> Bas
     )
 
 
-@contextlib.contextmanager
-def exclusive(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (POSIX; elsewhere nothing is locked)."""
-    if sys.platform == "win32":
-        yield
-        return
-    import fcntl
-
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
 async def no_requests(method: str, params: dict[str, Any]) -> Any:
     raise LookupError(f"{method!r} cannot be asked here")
 
@@ -299,7 +277,7 @@ class SessionChild:
 
     def setup(self, init: Mapping[str, Any]) -> float:
         """Build the engine from ``init``; returns the heartbeat interval."""
-        from clawlet.memory.stores import KnowledgeBase, MemoryIndex, build_embedder
+        from clawlet.memory.stores import open_indexes
 
         self.session_id = str(init["session_id"])
         session_dir = Path(str(init["session_dir"]))
@@ -309,10 +287,7 @@ class SessionChild:
         mcp_servers = [str(name) for name in init.get("mcp_servers") or [] if isinstance(name, str)]
         self.memory = SessionMemory(session_dir)
         self.checkpointer = LocalCheckpointer(session_dir / CHECKPOINTS_DIR)
-        embedder = build_embedder(settings)
-        with exclusive(settings.paths.storage / INDEX_LOCK):
-            memory_index = MemoryIndex(settings.paths, embedder)
-            knowledge = KnowledgeBase(settings.paths, embedder)
+        memory_index, knowledge = open_indexes(settings)
         engine = SessionEngine(
             settings,
             RuntimeConfig(settings.paths.config_file),

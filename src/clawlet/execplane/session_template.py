@@ -14,7 +14,7 @@ pipe protocol), so nothing on the parent's side changes but where the process co
 **What a forked session gets** is what a spawned one gets: fd 0/1 are pipes to the exec plane (the
 pipe protocol), fd 2 is ``<session dir>/process.log``, the working directory is the home, it runs
 in a session of its own (``setsid``), and its environment is the template's, which the exec plane
-started with :func:`~clawlet.runtime.process.child_environment` (no secret: the process's
+started with :func:`~clawlet.runtime.process_pipe.child_environment` (no secret: the process's
 ``/proc/<pid>/environ`` is the template's environment block). The template holds no control-plane
 connection, no API key (those travel in each session's ``init`` on its pipe) and no other
 session's descriptors (it closes each request's descriptors right after forking). A forked session
@@ -62,8 +62,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from clawlet.runtime.process import EXIT_UNKNOWN, child_environment, describe_exit
-from clawlet.runtime.process_pipe import LINE_LIMIT, pipe_streams
+from clawlet.execplane.session_process import EXIT_UNKNOWN, describe_exit
+from clawlet.runtime.process_pipe import LINE_LIMIT, child_environment, pipe_streams
 
 TEMPLATE_MODULE: Final = "clawlet.execplane.session_template"
 log = logging.getLogger(TEMPLATE_MODULE)  # not __name__: the template runs this module as __main__
@@ -262,7 +262,7 @@ def main() -> None:
 
 
 class TemplateChild:
-    """A session process the template forked, for :class:`~clawlet.runtime.process.
+    """A session process the template forked, for :class:`~clawlet.execplane.session_process.
     ProcessSessionAdapter` (what it uses of ``asyncio.subprocess.Process``: ``pid``,
     ``returncode``, ``stdin``, ``stdout``, ``wait()``). Not the exec plane's child: its exit status
     comes from the template (:data:`EXIT_UNKNOWN` if the template died first)."""

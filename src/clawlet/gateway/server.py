@@ -19,7 +19,7 @@
    assistant text, then ``final``, ``aborted`` or ``error``) to every connection holding
    ``operator.read``, and tool activity as ``agent`` events to those that asked for
    ``caps:["tool-events"]``;
-4. approvals (issue 9, shapes in :mod:`clawlet.gateway.approvals`): a ``chat.send`` from a
+4. approvals (issue 9, shapes in :mod:`clawlet.gateway.approval_frames`): a ``chat.send`` from a
    connection holding ``operator.approvals`` with ``caps:["approvals"]`` runs its turn with
    ``approval_mode="ask"`` (any other connection's turns ``"deny"``: ask-tools are refused and the
    agent plans around them). When such a turn pauses, each pending tool call is announced
@@ -61,8 +61,8 @@ from clawlet import __version__
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.config import Settings
 from clawlet.engine import compression
-from clawlet.engine.approvals import Decision, InvalidDecision
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import Decision, InvalidDecision
 from clawlet.event_stream import EventStream
 from clawlet.events import (
     ApprovalRequested,
@@ -84,8 +84,8 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.gateway import agent_method, operator, session_admin
-from clawlet.gateway import approvals as wire
-from clawlet.gateway.approvals import GatewayApproval
+from clawlet.gateway import approval_frames as wire
+from clawlet.gateway.approval_frames import GatewayApproval
 from clawlet.gateway.protocol import (
     APPROVAL_NOT_FOUND,
     CAP_TOOL_EVENTS,
@@ -130,7 +130,7 @@ from clawlet.gateway.protocol import (
     response_ok,
 )
 from clawlet.logs import LOG_RING
-from clawlet.runtime.base import RuntimeError_
+from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
@@ -1731,7 +1731,7 @@ class GatewayServer:
                 except (ApprovalDecided, ApprovalNotFound):
                     self._drop_pending(gateway_run, decided.id)  # decided elsewhere meanwhile
                     continue
-                except (InvalidDecision, RuntimeError_) as exc:
+                except (InvalidDecision, RuntimeFailure) as exc:
                     log.warning("gateway run %s cannot continue: %s", gateway_run.run_id, exc)
                     with contextlib.suppress(Exception):  # told it is over: it waits no more
                         await sessions.cancel(target.session_id)

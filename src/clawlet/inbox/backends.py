@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
-from clawlet.engine.approvals import Decision
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import Decision
 from clawlet.event_stream import EventStream
 from clawlet.events import (
     ApprovalRequested,

@@ -20,15 +20,15 @@ from typing import Any
 
 import sqlalchemy.exc
 
-from clawlet.engine.approvals import Decision
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Pending
-from clawlet.inbox.approvals import pending_json, waiting_message
 from clawlet.inbox.backends import ExecutionBackend, Outcome, ProgressCallback
 from clawlet.inbox.broadcaster import EventBroadcaster
 from clawlet.inbox.ids import new_ulid
 from clawlet.inbox.models import Message, Task
 from clawlet.inbox.repository import InboxRepository, TaskNotFound
 from clawlet.inbox.states import InvalidTransition, TaskStatus
+from clawlet.inbox.waiting import pending_json, waiting_message
 
 log = logging.getLogger(__name__)
 

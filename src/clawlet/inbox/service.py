@@ -14,10 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawlet.config import Settings
-from clawlet.engine.approvals import Decision
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Pending
 from clawlet.inbox.agents import AgentConfigError, AgentInfo, OpenClawAgents
-from clawlet.inbox.approvals import (
+from clawlet.inbox.backends import ExecutionBackend, GatewayBackend, LocalBackend
+from clawlet.inbox.broadcaster import EventBroadcaster
+from clawlet.inbox.db import create_db_engine, migrate
+from clawlet.inbox.executor import TaskExecutor, now_ms, task_json
+from clawlet.inbox.ids import new_ulid
+from clawlet.inbox.models import Message, Task, title_from
+from clawlet.inbox.repository import InboxRepository, TaskNotFound
+from clawlet.inbox.states import InvalidTransition, TaskStatus
+from clawlet.inbox.waiting import (
     ApprovalAlreadyDecided,
     ApprovalNotPending,
     InboxDecision,
@@ -27,14 +35,6 @@ from clawlet.inbox.approvals import (
     decision_message,
     reply_decision,
 )
-from clawlet.inbox.backends import ExecutionBackend, GatewayBackend, LocalBackend
-from clawlet.inbox.broadcaster import EventBroadcaster
-from clawlet.inbox.db import create_db_engine, migrate
-from clawlet.inbox.executor import TaskExecutor, now_ms, task_json
-from clawlet.inbox.ids import new_ulid
-from clawlet.inbox.models import Message, Task, title_from
-from clawlet.inbox.repository import InboxRepository, TaskNotFound
-from clawlet.inbox.states import InvalidTransition, TaskStatus
 from clawlet.services import Workspaces
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class InboxService:
     async def send_message(self, task_id: str, content: str) -> Message:
         """Save a follow-up and resume the task; refused (nothing saved) unless the task is
         completed, failed or waiting. To a task whose run waits for the user the message is the
-        reply to the oldest pending item (:func:`~clawlet.inbox.approvals.reply_decision`: the
+        reply to the oldest pending item (:func:`~clawlet.inbox.waiting.reply_decision`: the
         answer to a question, a rejection of a tool call) and continues that run; it never starts
         a second one."""
         task = await self.get_task(task_id)

@@ -13,11 +13,13 @@ import hashlib
 import io
 from functools import partial
 from pathlib import Path
+from typing import Final
 
 from clawlet.config import HomePaths, Settings
 from clawlet.memory.embeddings import EmbeddingClient
 from clawlet.memory.index import HybridIndex, SearchResult, SourceLoader
 from clawlet.paths import UnsafePath, is_safe_entry, read_bytes_inside, read_text_inside
+from clawlet.storage import exclusive
 
 KNOWLEDGE_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".pdf"}
 MEMORY_SOURCE = "memory/MEMORY.md"
@@ -88,3 +90,16 @@ class KnowledgeBase:
     def search(self, query: str, top_k: int = 3) -> list[SearchResult]:
         self.refresh()
         return self.index.search(query, top_k)
+
+
+INDEX_LOCK: Final = ".exec-plane-index.lock"
+"""Under the home's ``storage/``: processes sharing a home (session processes, engine workers) open
+its SQLite indexes one at a time (opening runs a read-then-write transaction that fails at once
+with ``database is locked`` when two processes run it together)."""
+
+
+def open_indexes(settings: Settings) -> tuple[MemoryIndex, KnowledgeBase]:
+    """A home's memory and knowledge indexes, opened under :data:`INDEX_LOCK`."""
+    embedder = build_embedder(settings)
+    with exclusive(settings.paths.storage / INDEX_LOCK):
+        return MemoryIndex(settings.paths, embedder), KnowledgeBase(settings.paths, embedder)

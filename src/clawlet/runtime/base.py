@@ -7,8 +7,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawlet.engine.approvals import Decision, PausePoint, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.tool_approvals import Decision, PausePoint, Resume
 from clawlet.events import Event, Pending
 
 
@@ -35,7 +35,7 @@ class UserMessage:
     resume: Resume | None = None
 
 
-class RuntimeError_(Exception):
+class RuntimeFailure(Exception):
     """A runtime could not be created or started (unknown type, missing dependency)."""
 
 
@@ -55,9 +55,9 @@ class RuntimeAdapter(ABC):
     sessions keeps no object per session (each one would pin a block of memory)."""
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
-        """Raise :class:`~clawlet.engine.approvals.InvalidDecision` if ``decision`` cannot answer
+        """Raise :class:`~clawlet.engine.tool_approvals.InvalidDecision` if ``decision`` cannot answer
         ``pending``; runtimes that can resume check the arguments of an edit too."""
-        from clawlet.engine.approvals import check_decision
+        from clawlet.engine.tool_approvals import check_decision
 
         return check_decision(pending, decision, None)
 

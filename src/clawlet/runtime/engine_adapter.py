@@ -1,16 +1,54 @@
-"""``EngineAdapter``: runs clawlet's own engine in-process (the seed's "SemiGraph" runtime)."""
+"""``EngineAdapter``: runs clawlet's own engine in-process (the seed's "SemiGraph" runtime), on a
+workspace's :class:`EngineHandle`."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clawlet.engine.approvals import Decision
+from clawlet.config import RuntimeConfig, Settings
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending
+from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
     from clawlet.engine.agent import AgentEngine
+
+
+@dataclass
+class EngineHandle:
+    """A workspace's agent engine, built (and LangChain imported) the first time it is asked for."""
+
+    settings: Settings
+    runtime_config: RuntimeConfig
+    memory: MemoryIndex
+    knowledge: KnowledgeBase
+    demo_token_delay: float = 0.0
+    model: BaseChatModel | None = None
+    """The chat model the engine uses instead of the configured provider's (a test's in-process model)."""
+    _engine: AgentEngine | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def get(self) -> AgentEngine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    from clawlet.engine.agent import AgentEngine
+
+                    self._engine = AgentEngine(
+                        self.settings,
+                        self.runtime_config,
+                        self.memory,
+                        self.knowledge,
+                        demo_token_delay=self.demo_token_delay,
+                        model=self.model,
+                    )
+        return self._engine
 
 
 class EngineAdapter(RuntimeAdapter):

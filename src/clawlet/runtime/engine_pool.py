@@ -25,16 +25,14 @@ import logging
 import sys
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from clawlet.engine.approvals import Decision
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import Event, Pending, event_from_json
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
+from clawlet.runtime.engine_adapter import EngineHandle
 from clawlet.runtime.process_pipe import LINE_LIMIT, encode_line, encode_message
 from clawlet.secret_env import held_secrets
-
-if TYPE_CHECKING:
-    from clawlet.services import EngineHandle
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +100,7 @@ class EnginePool:
         return worker
 
     async def _spawn(self) -> _Worker:
-        from clawlet.runtime.process import child_environment
+        from clawlet.runtime.process_pipe import child_environment
 
         process = await asyncio.create_subprocess_exec(
             self.python,

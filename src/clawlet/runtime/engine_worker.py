@@ -51,13 +51,9 @@ log = logging.getLogger(__name__)
 def build_engine(settings: Settings, demo_token_delay: float, parent_config: str | None) -> AgentEngine:
     """The engine of one home, as ``clawlet serve`` builds it (its indexes opened one process at a
     time: opening runs a read-then-write transaction)."""
-    from clawlet.execplane.session_child import INDEX_LOCK, exclusive
-    from clawlet.memory.stores import KnowledgeBase, MemoryIndex, build_embedder
+    from clawlet.memory.stores import open_indexes
 
-    embedder = build_embedder(settings)
-    with exclusive(settings.paths.storage / INDEX_LOCK):
-        memory = MemoryIndex(settings.paths, embedder)
-        knowledge = KnowledgeBase(settings.paths, embedder)
+    memory, knowledge = open_indexes(settings)
     parent = None if parent_config is None else RuntimeConfig(Path(parent_config))
     engine = AgentEngine(
         settings,

@@ -7,7 +7,7 @@ starts; each assistant segment is saved as soon as it is complete.
 **Approvals.** A turn started with ``RunContext(approval_mode="ask")`` on a runtime that supports
 approvals may pause before a tool runs: its run then ends with ``RunWaiting`` (after
 ``ApprovalRequested`` / ``QuestionAsked`` events), the session is not busy, and what it waits for
-is kept on disk (:class:`~clawlet.runtime.approvals.ApprovalStore`) so a restarted server lists it
+is kept on disk (:class:`~clawlet.runtime.approval_store.ApprovalStore`) so a restarted server lists it
 (:meth:`SessionManager.waiting_for`) and continues it. :meth:`SessionManager.resume` decides one
 pending item and continues the turn as a new :class:`Run` of the same session, streamed like any
 run (``ToolEnd`` of the decided call first, then the model's answer; it may end waiting again).
@@ -28,9 +28,9 @@ from typing import Any
 
 from clawlet import gcpolicy
 from clawlet.config import Settings
-from clawlet.engine.approvals import Decision, Resume
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.titles import GeneratedTitle, generate_title
+from clawlet.engine.tool_approvals import Decision, Resume
 from clawlet.events import (
     ApprovalRequested,
     Event,
@@ -49,8 +49,8 @@ from clawlet.events import (
     merge_text_deltas,
     render_tool_input,
 )
-from clawlet.runtime.approvals import ApprovalStore, PausedTurn
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
+from clawlet.runtime.approval_store import ApprovalStore, PausedTurn
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 from clawlet.sessions.store import (
     SessionCorrupt,
     SessionNotFound,
@@ -384,7 +384,7 @@ class SessionManager:
             factory = self.adapter_factories.get(config.runtime_type)
             if factory is None:
                 known = ", ".join(sorted(self.adapter_factories))
-                raise RuntimeError_(f"unknown runtime type {config.runtime_type!r} (known: {known})")
+                raise RuntimeFailure(f"unknown runtime type {config.runtime_type!r} (known: {known})")
             adapter = factory()
             await adapter.start(session_id, config)
             self.adapters[session_id] = adapter
@@ -408,7 +408,7 @@ class SessionManager:
         title generated after a session's first exchange. ``context.approval_mode == "ask"`` lets
         the turn pause for approvals (on a runtime that cannot, such tools are denied instead);
         ``context.client_tools`` pause it for the client's results (a runtime that cannot pause
-        raises ``RuntimeError_``).
+        raises ``RuntimeFailure``).
 
         The session is claimed before the first await, so of two simultaneous turns exactly one
         starts; the claim ends when the run is registered (or the start fails)."""
@@ -423,7 +423,7 @@ class SessionManager:
                 if adapter.supports_approvals:
                     pause = self.approvals.pause_point(session_id)
                 elif context.client_tools:
-                    raise RuntimeError_(
+                    raise RuntimeFailure(
                         f"the {config.runtime_type!r} runtime cannot pause a turn for client tools"
                     )
                 else:
@@ -461,7 +461,7 @@ class SessionManager:
         """Decide one pending approval or question and continue the paused turn in a new run.
 
         Raises SessionBusy (a run is going on), ApprovalDecided, ApprovalNotFound, and
-        :class:`~clawlet.engine.approvals.InvalidDecision` (checked before anything is saved).
+        :class:`~clawlet.engine.tool_approvals.InvalidDecision` (checked before anything is saved).
         The decision is recorded before the tool runs; the other pending items (if any) stay
         pending and the continuation ends with ``RunWaiting`` again. Claimed at once like
         :meth:`start_turn`: a second decision (or a turn) meanwhile is refused."""
@@ -477,7 +477,7 @@ class SessionManager:
                 raise ApprovalNotFound(approval_id)
             adapter = await self._adapter(session_id, RunConfig(runtime_type=paused.runtime_type))
             if not adapter.supports_approvals:
-                raise RuntimeError_(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
+                raise RuntimeFailure(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
             decision = adapter.check_decision(item, decision)
             recorder = SegmentRecorder(self.store, session_id)
             await asyncio.to_thread(recorder.reopen, waiting, item, decision)

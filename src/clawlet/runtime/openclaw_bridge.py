@@ -82,7 +82,7 @@ from clawlet.events import (
     ToolEnd,
     ToolStart,
 )
-from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeError_, UserMessage
+from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ NotifyHandler = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 """Receives a bridge ``fire_and_forget`` (``method``, ``params``)."""
 
 
-class OpenClawBridgeError(RuntimeError_):
+class OpenClawBridgeError(RuntimeFailure):
     """The OpenClaw bridge failed: it did not start, a turn failed, or the process died."""
 
 

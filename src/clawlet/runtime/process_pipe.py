@@ -1,6 +1,7 @@
 """The pipe between a session process (:mod:`clawlet.execplane.session_child`) and its parent
-(:class:`clawlet.runtime.process.ProcessSessionAdapter`): the line format and what both sides
-encode and decode.
+(:class:`clawlet.execplane.session_process.ProcessSessionAdapter`), and between an engine worker and
+the engine pool (:mod:`clawlet.runtime.engine_pool`): the line format, what both sides encode and
+decode, and the environment a child starts with (:func:`child_environment`).
 
 **Pipe protocol** (one JSON object per line)::
 
@@ -41,14 +42,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from clawlet.cluster.protocol import MAX_FRAME_BYTES
-from clawlet.engine.approvals import Decision, PausePoint, Resume
-from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
-from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.context import context_from_json, context_to_json
+from clawlet.engine.tool_approvals import Decision, PausePoint, Resume
 from clawlet.events import Event, NewSegment, TextDelta
-from clawlet.llm.images import Image
-from clawlet.llm.response_format import ResponseFormat
-from clawlet.llm.sampling import Sampling
 from clawlet.runtime.base import UserMessage
+from clawlet.secret_env import is_secret_name
 
 LINE_LIMIT: Final = MAX_FRAME_BYTES
 """The longest line either side accepts."""
@@ -61,50 +59,14 @@ RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 """``(method, params) -> result``: how the parent answers a child's request."""
 
 
-_CONTEXT_SETS: Final = (
-    "disallowed_tools",
-    "ask_tools",
-    "policy_denied",
-    "approval_denied",
-    "skipped_approval",
-    "resume_call_ids",
-)
-"""The ``frozenset`` fields of ``RunContext`` (``allowed_tools`` may also be ``None``)."""
-
-
-def encode_context(context: RunContext) -> dict[str, Any]:
-    """``context`` as JSON (every field: the child's engine applies the policies itself)."""
-    encoded: dict[str, Any] = {name: sorted(getattr(context, name)) for name in _CONTEXT_SETS}
-    encoded["allowed_tools"] = None if context.allowed_tools is None else sorted(context.allowed_tools)
-    encoded["extra_system_prompt"] = context.extra_system_prompt
-    encoded["approval_mode"] = context.approval_mode
-    encoded["sampling"] = context.sampling.to_json()
-    encoded["client_tools"] = client_tools_to_json(context.client_tools)
-    encoded["tool_choice"] = context.tool_choice
-    encoded["response_format"] = (
-        None if context.response_format is None else context.response_format.to_json()
-    )
-    encoded["images"] = [image.to_json() for image in context.images]
-    return encoded
-
-
-def decode_context(data: Any) -> RunContext:
-    if not isinstance(data, Mapping):
-        return DEFAULT_CONTEXT
-    allowed = data.get("allowed_tools")
-    mode = data.get("approval_mode")
-    sets = {name: frozenset(map(str, data.get(name) or ())) for name in _CONTEXT_SETS}
-    return RunContext(
-        allowed_tools=None if allowed is None else frozenset(map(str, allowed)),
-        extra_system_prompt=str(data.get("extra_system_prompt") or ""),
-        approval_mode=mode if mode in ("ask", "deny", "allow") else DEFAULT_CONTEXT.approval_mode,
-        sampling=Sampling.from_json(data.get("sampling")),
-        client_tools=client_tools_from_json(data.get("client_tools")),
-        tool_choice=str(data.get("tool_choice") or "auto"),
-        response_format=ResponseFormat.from_json(data.get("response_format")),
-        images=tuple(image for image in map(Image.from_json, data.get("images") or ()) if image is not None),
-        **sets,
-    )
+def child_environment() -> dict[str, str]:
+    """The parent's environment without any secret (the VM credentials, API keys: its tools could
+    read them; the keys it needs arrive in ``init``), with clawlet importable."""
+    env = {key: value for key, value in os.environ.items() if not is_secret_name(key)}
+    package_root = str(Path(__file__).resolve().parents[2])
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")
+    return env
 
 
 def encode_message(turn_id: str, data: UserMessage) -> dict[str, Any]:
@@ -116,7 +78,7 @@ def encode_message(turn_id: str, data: UserMessage) -> dict[str, Any]:
         "turn": turn_id,
         "text": data.text,
         "history": list(data.history),
-        "context": encode_context(data.context),
+        "context": context_to_json(data.context),
         "pause": None if pause is None else {"directory": str(pause.directory), "thread_id": pause.thread_id},
         "resume": None
         if resume is None
@@ -147,7 +109,7 @@ def decode_message(message: Mapping[str, Any]) -> UserMessage:
     return UserMessage(
         str(message.get("text") or ""),
         [{str(k): str(v) for k, v in item.items()} for item in history],
-        decode_context(message.get("context")),
+        context_from_json(message.get("context")),
         pause=pause,
         resume=resume,
     )

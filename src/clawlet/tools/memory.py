@@ -8,7 +8,7 @@ from pathlib import Path
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from clawlet.engine.prompt import MAX_COMPONENT_CHARS
+from clawlet.config import MAX_COMPONENT_CHARS
 from clawlet.paths import UnsafePath, read_text_inside
 from clawlet.storage import atomic_write_text, file_lock
 from clawlet.tools.base import ToolError

@@ -4,7 +4,7 @@ decide what a waiting task waits for.
 Response shapes follow the seed exactly: a list is a plain ``Task[]`` (each also carrying a
 ``lastMessage`` preview, and a ``match`` snippet when searching with ``q``); sending a message
 answers ``{"ok": true}`` (the agent's reply arrives later over SSE). A ``waiting`` task also carries
-``waitingFor`` (see :mod:`clawlet.inbox.approvals`); ``POST /tasks/{id}/approvals/{approvalId}``
+``waitingFor`` (see :mod:`clawlet.inbox.waiting`); ``POST /tasks/{id}/approvals/{approvalId}``
 decides one item and answers ``{"ok": true}`` too.
 """
 

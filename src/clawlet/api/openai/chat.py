@@ -63,8 +63,8 @@ from clawlet.api.options import (
     from_mapping,
 )
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
-from clawlet.engine.approvals import permission_note
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import permission_note
 from clawlet.events import Event, RunFailed
 from clawlet.llm.images import ContentError, Image, accepts_images, image_note, image_of
 from clawlet.llm.providers import describe_model

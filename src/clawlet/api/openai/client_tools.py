@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from clawlet.engine.approvals import Decision
 from clawlet.engine.client_tools import CLIENT_TOOL_DECISIONS, ClientTool
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import ApprovalRequested, Event, Pending, RunWaiting
 from clawlet.runtime.manager import Run, SessionManager
 from clawlet.storage import atomic_write_text

@@ -22,8 +22,8 @@ from clawlet.api.event_stream import KEEPALIVE_SECONDS
 from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.api.sse_response import SseResponse
 from clawlet.api.workbench.stream import WorkbenchStream
-from clawlet.engine.approvals import Decision, pending_to_json
 from clawlet.engine.context import RunContext
+from clawlet.engine.tool_approvals import Decision, pending_to_json
 from clawlet.events import RunCancelled, RunFailed, RunWaiting
 from clawlet.runtime.manager import (
     Run,

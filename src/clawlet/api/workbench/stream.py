@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from clawlet.api.event_stream import HOLE, FrameTemplate, SseEventStream, sse_frame
-from clawlet.engine.approvals import pending_to_json
+from clawlet.engine.tool_approvals import pending_to_json
 from clawlet.events import (
     ApprovalRequested,
     NewSegment,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
-from clawlet.engine.approvals import Decision
+from clawlet.engine.tool_approvals import Decision
 from clawlet.events import ApprovalRequested, Pending, QuestionAsked
 from clawlet.gateway.protocol import (
     CAP_APPROVALS,

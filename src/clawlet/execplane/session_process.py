@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from langchain_core.tools import BaseTool
 
 from clawlet.config import Settings
-from clawlet.engine.approvals import Decision, check_decision
+from clawlet.engine.checkpointer import LocalCheckpointer
+from clawlet.engine.tool_approvals import Decision, check_decision
 from clawlet.events import (
     TERMINAL_EVENTS,
     ApprovalRequested,
@@ -61,7 +62,6 @@ from clawlet.events import (
 from clawlet.execplane.session_child import CHILD_MODULE, no_requests, session_tools
 from clawlet.execplane.session_memory import SessionMemory
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
-from clawlet.runtime.checkpointer import LocalCheckpointer
 from clawlet.runtime.process_pipe import (
     CHECKPOINTS_DIR,
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -69,10 +69,11 @@ from clawlet.runtime.process_pipe import (
     ReplyText,
     RequestHandler,
     SkillRef,
+    child_environment,
     encode_line,
     encode_message,
 )
-from clawlet.secret_env import held_secrets, is_secret_name
+from clawlet.secret_env import held_secrets
 
 if TYPE_CHECKING:
     from clawlet.execplane.session_template import SessionTemplate
@@ -150,16 +151,6 @@ class ProcessOptions:
     """How long a cancelled turn may take to end before the process is killed."""
     stop_grace: float = 5.0
     """How long ``stop`` waits for the process to exit before killing it."""
-
-
-def child_environment() -> dict[str, str]:
-    """The parent's environment without any secret (the VM credentials, API keys: its tools could
-    read them; the keys it needs arrive in ``init``), with clawlet importable."""
-    env = {key: value for key, value in os.environ.items() if not is_secret_name(key)}
-    package_root = str(Path(__file__).resolve().parents[2])
-    existing = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = package_root + (os.pathsep + existing if existing else "")
-    return env
 
 
 class ChildProcess(Protocol):
@@ -354,7 +345,7 @@ class ProcessSessionAdapter(RuntimeAdapter):
                 turn.grace.cancel()
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
-        """The engine's check (:func:`clawlet.engine.approvals.check_decision`) against the schema
+        """The engine's check (:func:`clawlet.engine.tool_approvals.check_decision`) against the schema
         of the tool the child's engine has under that name."""
         tools = self.spec.base_tools() if self.spec.base_tools is not None else []
         extra = session_tools(self.spec.skills, self.spec.mcp_servers, no_requests)

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from clawlet.engine.approvals import Decision, pending_to_json
+from clawlet.engine.tool_approvals import Decision, pending_to_json
 from clawlet.events import ApprovalRequested, Pending, QuestionAsked
 
 InboxDecision = Literal["approve", "reject", "answer"]
@@ -66,7 +66,7 @@ def allowed_decisions(item: Pending) -> tuple[InboxDecision, ...]:
 
 def pending_json(item: Pending) -> dict[str, Any]:
     """One item of a task's ``waitingFor``: the one JSON shape of a pending item
-    (:func:`~clawlet.engine.approvals.pending_to_json`) in camelCase, like the rest of the inbox
+    (:func:`~clawlet.engine.tool_approvals.pending_to_json`) in camelCase, like the rest of the inbox
     API, with the decisions the inbox offers."""
     data = {_camel(key): value for key, value in pending_to_json(item).items()}
     data["allowedDecisions"] = list(allowed_decisions(item))

@@ -12,7 +12,7 @@ The record (``approvals/<session>.json``)::
                         "approvals": [<pending item>, ...], "paused_at": <unix time>},
      "decided": [{"approval_id", "decision", "decided_at"}, ...]}   # newest last, at most 200
 
-A pending item is :func:`~clawlet.engine.approvals.pending_to_json`'s shape. An id in ``decided``
+A pending item is :func:`~clawlet.engine.tool_approvals.pending_to_json`'s shape. An id in ``decided``
 is never pending again: a decision is recorded before its tool runs, so a crash in the middle can
 leave a run that cannot continue, never a tool that runs twice. Writes are atomic.
 """
@@ -22,16 +22,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from clawlet.engine.approvals import PausePoint, pending_from_json, pending_to_json
-from clawlet.engine.client_tools import client_tools_from_json, client_tools_to_json
-from clawlet.engine.context import RunContext
+from clawlet.engine.context import RunContext, context_from_json, context_to_json
+from clawlet.engine.tool_approvals import PausePoint, pending_from_json, pending_to_json
 from clawlet.events import Pending
-from clawlet.llm.response_format import ResponseFormat
-from clawlet.llm.sampling import Sampling
 from clawlet.paths import read_text_inside
 from clawlet.storage import atomic_write_json, file_lock
 
@@ -39,37 +36,8 @@ CHECKPOINTS_DIR = "checkpoints"
 APPROVALS_DIR = "approvals"
 MAX_DECIDED = 200
 RECORD_VERSION = 1
-
-
-def context_to_json(context: RunContext) -> dict[str, Any]:
-    """The caller's part of a turn's context (what the engine derives is derived again)."""
-    return {
-        "allowed_tools": None if context.allowed_tools is None else sorted(context.allowed_tools),
-        "disallowed_tools": sorted(context.disallowed_tools),
-        "extra_system_prompt": context.extra_system_prompt,
-        "approval_mode": context.approval_mode,
-        "sampling": context.sampling.to_json(),
-        "client_tools": client_tools_to_json(context.client_tools),
-        "tool_choice": context.tool_choice,
-        "response_format": None if context.response_format is None else context.response_format.to_json(),
-    }
-
-
-def context_from_json(data: Any) -> RunContext:
-    if not isinstance(data, Mapping):
-        return RunContext(approval_mode="ask")
-    allowed = data.get("allowed_tools")
-    mode = data.get("approval_mode")
-    return RunContext(
-        allowed_tools=None if allowed is None else frozenset(map(str, allowed)),
-        disallowed_tools=frozenset(map(str, data.get("disallowed_tools") or ())),
-        extra_system_prompt=str(data.get("extra_system_prompt") or ""),
-        approval_mode=mode if mode in ("ask", "deny", "allow") else "ask",
-        sampling=Sampling.from_json(data.get("sampling")),
-        client_tools=client_tools_from_json(data.get("client_tools")),
-        tool_choice=str(data.get("tool_choice") or "auto"),
-        response_format=ResponseFormat.from_json(data.get("response_format")),
-    )
+ASKING = RunContext(approval_mode="ask")
+"""A paused turn's context when its record has none (only a turn that could ask pauses)."""
 
 
 @dataclass
@@ -85,7 +53,8 @@ class PausedTurn:
     def to_json(self) -> dict[str, Any]:
         return {
             "runtime_type": self.runtime_type,
-            "context": context_to_json(self.context),
+            # the user message and its images are in the paused graph's checkpoint
+            "context": context_to_json(replace(self.context, images=())),
             "title_text": self.title_text,
             "approvals": [pending_to_json(item) for item in self.approvals],
             "paused_at": self.paused_at,
@@ -97,7 +66,7 @@ class PausedTurn:
             approvals=[
                 pending_from_json(item) for item in data.get("approvals") or [] if isinstance(item, dict)
             ],
-            context=context_from_json(data.get("context")),
+            context=context_from_json(data.get("context"), ASKING),
             runtime_type=str(data.get("runtime_type") or "engine"),
             title_text=data.get("title_text") if isinstance(data.get("title_text"), str) else None,
             paused_at=float(data.get("paused_at") or 0.0),
@@ -211,7 +180,7 @@ class ApprovalStore:
         return left
 
     def _delete_checkpoints(self, session_id: str) -> None:
-        from clawlet.runtime.checkpointer import LocalCheckpointer  # LangGraph: not at server start
+        from clawlet.engine.checkpointer import LocalCheckpointer  # LangGraph: not at server start
 
         LocalCheckpointer(self.checkpoints).delete_thread(session_id)
 
