@@ -1,7 +1,10 @@
 """Shared fixtures: every test gets its own clawlet home, clean provider settings, no network.
 
 Network access is blocked by pytest-socket (see ``addopts`` in pyproject.toml); only loopback is
-allowed, so an accidental call to a real LLM provider fails the test run.
+allowed, so an accidental call to a real LLM provider fails the test run. Before that, the provider
+factory refuses to build a chat model for an endpoint off loopback (``CLAWLET_LOOPBACK_MODELS_ONLY``,
+set for every test and inherited by the processes tests start): tests use an in-process model
+(``clawlet.testing.function_model``) or the scripted server (``clawlet.testing.scripted_openai``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ from clawlet.home import init_home
 from clawlet.serving import uvicorn_options
 from tests.support.ast_parse_lock import serialise_ast_parse
 from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+
+#: httpx's module-level helpers (``httpx.get``, ``httpx.post``, ...) give up after 5 s by default,
+#: and the tests call them ~230 times against live servers in this process, which on a machine at
+#: load 10 may take longer to answer one request. clawlet's own code never calls them (it passes
+#: its own timeouts to its clients), so here they get a generous default instead.
+TEST_HTTP_TIMEOUT = 60.0
+for _helper in ("get", "post", "put", "patch", "delete", "head", "options", "request", "stream"):
+    _function = getattr(httpx, _helper)
+    getattr(_function, "__wrapped__", _function).__kwdefaults__["timeout"] = TEST_HTTP_TIMEOUT
 
 serialise_ast_parse()  # threads may render tracebacks while pytest renders one (CPython gh-106905)
 
@@ -62,6 +74,7 @@ def clawlet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in list(os.environ):
         if name.startswith("CLAWLET_") and name != "CLAWLET_HOME":
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLAWLET_LOOPBACK_MODELS_ONLY", "1")  # no test reaches a real provider
     monkeypatch.chdir(tmp_path)  # so no stray .env from the repository is read
     # openclaw.json (the inbox's agent list) never comes from the real ~/.openclaw
     monkeypatch.setenv("OPENCLAW_CONFIG_PATH", str(tmp_path / "openclaw" / "openclaw.json"))

@@ -12,6 +12,8 @@ import threading
 import traceback
 from pathlib import Path
 
+import pytest
+
 from tests.support.ast_parse_lock import affected
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "clawlet" / "runtime" / "manager.py"
@@ -27,6 +29,7 @@ class Finalised:
         sum(range(50))
 
 
+@pytest.mark.slow
 def test_threads_parse_and_format_tracebacks_at_once_without_a_system_error() -> None:
     source = SOURCE.read_text(encoding="utf-8")
     failures: list[BaseException] = []

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = ("direct", "clawlet /v1", "clawlet /api/chat", "clawlet /api/agent", "clawlet chat.send")
 

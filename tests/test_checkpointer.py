@@ -28,6 +28,7 @@ from clawlet.engine.checkpointer import (
     decode_name,
     encode_name,
 )
+from clawlet.testing.function_model import FunctionModel
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -528,7 +529,7 @@ async def test_a_session_process_turn_is_checkpointed_once_when_it_ends(tmp_path
     from clawlet.execplane.session_child import SessionEngine
     from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 
-    settings = Settings(provider="demo", home=tmp_path / "home")
+    settings = Settings(home=tmp_path / "home")
     saver = _CountingCheckpointer(tmp_path / "checkpoints")
     engine = SessionEngine(
         settings,
@@ -536,10 +537,11 @@ async def test_a_session_process_turn_is_checkpointed_once_when_it_ends(tmp_path
         MemoryIndex(settings.paths, None),
         KnowledgeBase(settings.paths, None),
         checkpointer=saver,
+        model=FunctionModel(lambda messages, info: f"You said {messages[-1].text}"),
     )
     engine.thread_id = "s1:turn-1"
     text = "".join([getattr(event, "text", "") async for event in engine.stream("hello there", [])])
-    assert "hello there" in text
+    assert text == "You said hello there"
     assert saver.puts == 1
     newest = saver.get_tuple({"configurable": {"thread_id": "s1:turn-1"}})
     assert newest is not None
@@ -557,15 +559,16 @@ async def test_a_turn_without_a_checkpointer_asks_for_no_checkpoints(tmp_path: P
     from clawlet.engine.agent import AgentEngine
     from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 
-    settings = Settings(provider="demo", home=tmp_path / "home")
+    settings = Settings(home=tmp_path / "home")
     engine = AgentEngine(
         settings,
         RuntimeConfig(settings.paths.config_file),
         MemoryIndex(settings.paths, None),
         KnowledgeBase(settings.paths, None),
+        model=FunctionModel(lambda messages, info: f"You said {messages[-1].text}"),
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         text = "".join([getattr(event, "text", "") async for event in engine.stream("hello there", [])])
-    assert "hello there" in text
+    assert text == "You said hello there"
     assert not [w for w in caught if "durability" in str(w.message)], [str(w.message) for w in caught]

@@ -104,6 +104,7 @@ def test_serve_reports_incomplete_provider_settings(
     assert "CLAWLET_LLM_MODEL" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_chat_prints_the_tool_call_and_saves_the_session(clawlet_home: Path) -> None:
     result = clawlet("chat", "--session", "cli1", "-m", "run: echo hi", "-m", "你好", home=clawlet_home)
     assert result.returncode == 0, result.stderr
@@ -139,6 +140,7 @@ def test_chat_without_a_session_creates_a_new_one(
     assert "You said: “hello”" in out
 
 
+@pytest.mark.slow
 def test_interactive_chat_reads_stdin_until_exit(clawlet_home: Path) -> None:
     environment = {**os.environ, "CLAWLET_HOME": str(clawlet_home)}
     result = subprocess.run(

@@ -18,7 +18,10 @@ from tests.conftest import LiveServer
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm")
 # LiteLLM's own pydantic types warn about TypedDict ReadOnly items when first built
-pytestmark = pytest.mark.filterwarnings("ignore:Items? .* using the `ReadOnly` qualifier:UserWarning")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Items? .* using the `ReadOnly` qualifier:UserWarning"),
+]
 
 WEATHER = {
     "type": "function",

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import LiveServer
 from tests.support.node_clients import run_node_client
+
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
 
 
 def test_npm_openai_chats_streamed_and_not(server: LiveServer) -> None:

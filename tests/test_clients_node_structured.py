@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import LiveServer
 from tests.support.node_clients import run_node_client
+
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
 
 
 def test_ai_sdk_output_object_and_npm_openai_parse(server: LiveServer) -> None:

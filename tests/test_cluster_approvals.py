@@ -20,6 +20,8 @@ import pytest
 from clawlet.cluster.local_cluster import LocalCluster
 from tests.conftest import free_port, lines_of, parse_sse
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 TIMEOUT = 90.0
 APPEND = "run: echo once >> workspace/{name} && wc -l < workspace/{name}"
 

@@ -26,6 +26,8 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import free_port, parse_sse
 from tests.support.openclaw_gateway import real_openclaw
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:

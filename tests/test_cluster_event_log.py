@@ -625,6 +625,7 @@ async def cp_harness(tmp_path: Path) -> Any:
 # -- end to end -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_events_of_a_real_turn_land_in_the_log(
     make_cluster: Callable[..., LocalCluster], llm: ScriptedOpenAIServer
 ) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.config import RuntimeConfig, Settings
@@ -27,6 +28,8 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests import test_cluster_faults as faults
 from tests.conftest import LiveServer, parse_sse
 from tests.test_cluster_faults import DEADLINE, Events, auth, chat, llm_env, names
+
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
 
 llm = faults.llm
 make_cluster = faults.make_cluster

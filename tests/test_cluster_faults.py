@@ -42,6 +42,8 @@ from clawlet.llm.demo import TITLE_REQUEST_MARKER
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn, text_turn, tool_turn
 from tests.conftest import free_port, parse_sse
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 DEADLINE = 90.0
 """Seconds any one awaited state may take (generous: a loaded 2-core machine)."""
 GATE_WAIT = 25.0

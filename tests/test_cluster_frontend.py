@@ -16,6 +16,8 @@ from clawlet.config import Settings
 from clawlet.controlplane.cli import build_config
 from clawlet.controlplane.server import ControlPlane, resolve_runtime_type
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 
 @pytest.fixture
 def plane(tmp_path: Path) -> Iterator[ControlPlane]:

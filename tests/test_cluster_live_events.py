@@ -38,6 +38,8 @@ from tests.test_cluster_faults import EventStream, gated_code, is_type, llm_env,
 from tests.test_cluster_scaleout import ChatStream, Scaled
 from tests.test_control_plane import ALICE, Harness, collect, recv_type, until
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 NO_REDIS = "" if SHARED_REDIS_URL else "Redis not configured: run scripts/test or set CLAWLET_TEST_REDIS_URL"
 SKIP_REASON = NO_POSTGRES or NO_REDIS
 requires_postgres_and_redis = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)

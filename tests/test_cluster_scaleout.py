@@ -41,6 +41,7 @@ from tests.test_cluster_faults import gated_code, llm_env, scripted_reply, turn_
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(bool(NO_POSTGRES), reason=NO_POSTGRES),
     pytest.mark.skipif(not HAVE_REDIS_SERVER, reason=NO_REDIS_SERVER),
     pytest.mark.skipif(HAPROXY is None, reason="haproxy not found (install the haproxy package)"),

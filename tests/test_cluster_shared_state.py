@@ -28,6 +28,8 @@ from clawlet.controlplane.server import ControlPlane, ControlPlaneConfig, Reques
 from tests.support.postgres import BACKENDS, fresh_schema_url
 from tests.test_control_plane import ALICE, BOB, MCP_SERVER, SECRET, Harness, recv_type, until
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 WAIT = 60.0
 """Seconds a test waits for a condition (generous: the suite runs on loaded machines)."""
 

@@ -30,6 +30,8 @@ from clawlet.controlplane.broker import LocalBroker, LocalHub
 from clawlet.controlplane.routing import ExecPlaneOffline, TunnelRouter
 from clawlet.execplane.tunnel import TunnelServer
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 DEADLINE = 30.0
 
 

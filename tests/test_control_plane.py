@@ -1004,6 +1004,7 @@ def test_runtime_and_model_settings_are_stored_and_resolved_session_agent_user_o
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.slow
 def test_add_user_and_set_runtime_store_the_runtime_and_model(tmp_path: Path, database_url: str) -> None:
     """``clawlet control-plane add-user --runtime-type --model`` and ``set-runtime``, as an admin runs
     them (subprocesses on the database of ``CLAWLET_CP_DATABASE_URL``)."""

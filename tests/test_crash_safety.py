@@ -22,6 +22,8 @@ import pytest
 from clawlet.sessions.store import INTERRUPTED_NOTE
 from tests.conftest import ServeProcess, parse_sse
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 V2_KEYS = {"title", "created_at", "updated_at", "compressed_context", "messages"}
 DEADLINE = 120.0
 """Seconds any wait here may take: far beyond what it needs on an idle machine."""

@@ -13,8 +13,8 @@ from clawlet.llm.demo import (
     TITLE_REQUEST_MARKER,
     DemoChatModel,
     plan_reply,
-    split_tokens,
 )
+from clawlet.llm.replying import split_tokens
 from clawlet.tools.registry import TOOL_NAMES
 
 ALL_TOOLS = set(TOOL_NAMES)

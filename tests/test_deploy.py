@@ -50,6 +50,8 @@ from clawlet.config import Settings
 from tests.conftest import free_port
 from tests.support import postgres
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"

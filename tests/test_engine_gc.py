@@ -69,6 +69,7 @@ def freeze_counts(mode: str, home: Path) -> list[int]:
     return counts
 
 
+@pytest.mark.slow
 def test_the_first_turn_of_a_serving_process_freezes_what_it_loaded(tmp_path: Path) -> None:
     at_start, during_other, after_first, after_second, threshold, scheduled, releases = freeze_counts(
         "serving", tmp_path / "home"
@@ -81,6 +82,7 @@ def test_the_first_turn_of_a_serving_process_freezes_what_it_loaded(tmp_path: Pa
     assert scheduled and releases >= 1  # once quiet, memory was released
 
 
+@pytest.mark.slow
 def test_a_process_that_did_not_freeze_is_left_alone(tmp_path: Path) -> None:
     # Python's default threshold, and no release of memory scheduled
     assert freeze_counts("plain", tmp_path / "home") == [0, 0, 0, 0, 700, False, 0]

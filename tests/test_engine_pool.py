@@ -37,6 +37,8 @@ from tests.test_approvals import (
 )
 from tests.test_chat_runs import process_gone, test_cancel_a_running_turn, wait_until
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 __all__ = [  # run here again, on engine workers
     "test_approve_runs_the_tool_exactly_once",
     "test_cancel_a_running_turn",

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
 import langsmith
 import pytest
 from langchain_core.tools import BaseTool
@@ -21,13 +20,16 @@ from clawlet.config import Settings
 from clawlet.engine import agent as agent_module
 from clawlet.engine import tracing
 from clawlet.engine.context import DEFAULT_CONTEXT
+from clawlet.events import TextDelta
 from clawlet.memory.stores import KnowledgeBase
 from clawlet.services import build_services
-from tests.conftest import LiveServer
+from clawlet.testing.function_model import FunctionModel
 from tests.test_prompt_cache import settle
 
 
-def test_tools_are_built_once_for_many_requests(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_tools_are_built_once_for_many_turns(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     builds: list[int] = []
     real = agent_module.build_tools
 
@@ -36,16 +38,12 @@ def test_tools_are_built_once_for_many_requests(server: LiveServer, monkeypatch:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(agent_module, "build_tools", counting)
+    model = FunctionModel(lambda messages, info: "ok")
+    engine = build_services(settings, model=model).engine
     for n in range(3):
-        response = httpx.post(
-            f"{server.url}/v1/chat/completions",
-            json={"model": "clawlet", "messages": [{"role": "user", "content": f"hello {n}"}]},
-            timeout=60,
-        )
-        assert response.status_code == 200, response.text
-    response = httpx.post(f"{server.url}/api/chat", json={"message": "hi", "stream": False}, timeout=60)
-    assert response.status_code == 200, response.text
-    assert len(builds) <= 1  # once (or not at all, if an earlier request of the app built them)
+        assert [event async for event in engine.stream(f"hello {n}", [])] == [TextDelta("ok")]
+    assert "terminal" in await engine.available_tool_names()
+    assert len(model.calls) == 3 and len(builds) == 1
 
 
 async def test_tools_are_built_again_when_the_mcp_tools_change(settings: Settings) -> None:

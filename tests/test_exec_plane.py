@@ -66,6 +66,8 @@ from tests.conftest import LiveServer
 from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 USER = "user-1"
 FAST = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=5.0, cancel_grace=1.0, stop_grace=5.0)
 BRIDGE_FAST = BridgeOptions(ready_timeout=60.0, cancel_grace=10.0, stop_grace=10.0)

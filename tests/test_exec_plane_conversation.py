@@ -30,6 +30,8 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn
 from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 USER = "user-1"
 DEADLINE = 60.0
 FAST = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=30.0, cancel_grace=5.0, stop_grace=10.0)

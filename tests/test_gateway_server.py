@@ -976,6 +976,7 @@ async def test_the_agents_question_is_asked_and_answered(server: LiveServer, sch
 # -- serving -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_serve_with_a_gateway_port(clawlet_home: Path, schema: ProtocolSchema) -> None:
     port, gateway_port = free_port(), free_port()
     env = {**os.environ, "CLAWLET_HOME": str(clawlet_home), "PYTHONUNBUFFERED": "1"}

@@ -190,6 +190,7 @@ def test_the_client_reconnects_after_the_gateway_restarts(
     check_schema(frames)
 
 
+@pytest.mark.slow
 def test_a_task_created_while_the_gateway_is_down_fails_within_the_run_timeout(
     tmp_path: Path, live_server: Callable[..., LiveServer]
 ) -> None:

@@ -35,6 +35,8 @@ from tests.conftest import LiveServer
 from tests.support.gateway_schema import ProtocolSchema
 from tests.test_gateway_server import READ, WRITE, Client, gateway
 
+pytestmark = pytest.mark.slow  # 50 simultaneous turns per surface: not in `pytest -m "not slow"`
+
 PAIRS = 50
 TOKEN_DELAY = 0.05
 WORDS = " ".join(f"word{i}" for i in range(40))  # the demo echoes it: a turn of seconds

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -408,6 +409,7 @@ def test_the_demo_model_calls_a_client_tool(server: LiveServer) -> None:
     assert "sunny" in second["choices"][0]["message"]["content"]
 
 
+@pytest.mark.slow
 def test_client_tools_in_cluster_mode(tmp_path: Path) -> None:
     """Through the control plane to the user's execution plane (its session processes pause and
     continue the run), with the offline demo model, streamed with the real SDK."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -309,6 +310,7 @@ def test_bad_function_call_output_is_a_clear_400(live_server: Callable[..., Live
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
 
 
+@pytest.mark.slow
 def test_function_tools_in_cluster_mode(tmp_path: Path) -> None:
     """Through the control plane to the user's execution plane, with the offline demo model:
     streamed with the real SDK, then continued by ``previous_response_id``."""

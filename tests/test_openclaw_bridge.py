@@ -57,6 +57,8 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn
 from tests.conftest import LiveServer
 from tests.support.openclaw_gateway import real_openclaw
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 REAL = real_openclaw()  # at import: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
 
 BRIDGE_DIR = default_bridge_dir()

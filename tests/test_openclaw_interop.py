@@ -64,7 +64,7 @@ from tests.support.openclaw_gateway import OpenClawGateway, OpenClawInstall, rea
 from tests.support.pty_session import PtySession
 
 REAL = real_openclaw()  # at import: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
-pytestmark = REAL.skip
+pytestmark = [pytest.mark.slow, REAL.skip]
 
 TOKEN = "interop-gateway-token"
 CLAWLET_GATEWAY_TOKEN = "clawlet-gateway-token"

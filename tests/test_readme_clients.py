@@ -30,6 +30,8 @@ from tests.support.node_clients import run_node_script
 from tests.support.openclaw_gateway import real_openclaw
 from tests.test_openwebui_tasks import CHAT_ID, OWUI_HEADERS, TITLE_TEMPLATE, task_body, task_prompt
 
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 PLACEHOLDER = "127.0.0.1:8002"
 GATEWAY_PLACEHOLDER = "ws://127.0.0.1:18789"

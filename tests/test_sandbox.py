@@ -56,6 +56,7 @@ def without_bubblewrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 
 @needs_bubblewrap
+@pytest.mark.slow
 def test_the_terminal_cannot_reach_the_server_process_or_the_private_home(
     serve: list[ServeProcess], clawlet_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,6 +187,7 @@ async def test_a_timeout_kills_even_what_left_the_process_group(settings: Settin
 
 
 @needs_bubblewrap
+@pytest.mark.slow
 async def test_mcp_servers_run_in_the_sandbox(settings: Settings) -> None:
     import os
 
@@ -248,6 +250,7 @@ async def test_a_required_sandbox_that_is_missing_refuses_to_run_tools(settings:
 
 
 @pytest.mark.usefixtures("without_bubblewrap")
+@pytest.mark.slow
 def test_serve_without_bubblewrap_says_so_once_at_start(
     serve: list[ServeProcess], clawlet_home: Path
 ) -> None:

@@ -31,7 +31,10 @@ from clawlet.home import init_home
 from tests.conftest import LiveServer
 
 # schemathesis' own strategies draw from `random` (it warns about itself, not about this suite)
-pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning"),
+]
 
 TOKEN = "schemathesis-token-0123456789"
 EXAMPLES_PER_MODE = 15

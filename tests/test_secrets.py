@@ -378,6 +378,7 @@ def secret_serve(clawlet_home: Path, llm: ScriptedOpenAIServer) -> Iterator[Secr
     serve.close()
 
 
+@pytest.mark.slow
 def test_the_server_keeps_no_secret_in_its_environment_and_masks_them_in_tool_output(
     secret_serve: SecretServe, llm: ScriptedOpenAIServer, clawlet_home: Path
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 from clawlet.serving import KEEP_ALIVE_SECONDS, uvicorn_options
 from tests.conftest import ServeProcess
@@ -53,6 +54,7 @@ def test_keep_alive_outlasts_the_clients_idle_expiry() -> None:
     assert uvicorn_options()["timeout_keep_alive"] == KEEP_ALIVE_SECONDS
 
 
+@pytest.mark.slow
 def test_clawlet_serve_keeps_an_idle_connection_open(clawlet_home: Path, serve: list[ServeProcess]) -> None:
     """A real ``clawlet serve``: a connection idle longer than uvicorn's default still answers."""
     server = ServeProcess(clawlet_home)

@@ -35,7 +35,10 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, Turn
 from tests.support.exec_planes import client_for
 from tests.support.scripted_control_plane import ScriptedControlPlane
 
-pytestmark = pytest.mark.skipif(not template_supported(), reason="the session template needs Linux")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not template_supported(), reason="the session template needs Linux"),
+]
 
 USER = "user-1"
 FAST = ProcessOptions(heartbeat_interval=0.2, heartbeat_timeout=30.0, cancel_grace=2.0, stop_grace=5.0)

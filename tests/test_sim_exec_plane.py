@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from clawlet.cluster.local_cluster import LocalCluster
 from clawlet.controlplane.cli import build_config
@@ -30,6 +31,8 @@ from clawlet.testing.sim_exec_plane import (
 )
 from tests.conftest import free_port
 from tests.support.scripted_control_plane import ScriptedControlPlane
+
+pytestmark = pytest.mark.slow  # starts processes: not in `pytest -m "not slow"`
 
 DEADLINE = 60.0
 

@@ -21,7 +21,7 @@ from clawlet.skills.scanner import Skill, openclaw_install_roots, scan_roots
 from tests.support.openclaw_gateway import OpenClawInstall, real_openclaw
 
 REAL = real_openclaw()  # at import: the autouse ``clawlet_home`` fixture removes CLAWLET_* variables
-pytestmark = REAL.skip
+pytestmark = [pytest.mark.slow, REAL.skip]
 
 #: Fake executables on the shared PATH: ``op`` and ``gh`` satisfy ``bins``, ``claude`` and
 #: ``spotify_player`` one of ``anyBins`` each.

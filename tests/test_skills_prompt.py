@@ -1,7 +1,8 @@
 """The skills scanner and snapshot, the assembled system prompt and the tool schemas (snapshot tests).
 
-Snapshots live in tests/snapshots/. To regenerate after an intended change, run the tests with
-UPDATE_SNAPSHOTS=1, then review the diff by eye.
+Snapshots live in tests/snapshots/, their token counts in tests/snapshots/TOKENS.md. To regenerate
+after an intended change, run the tests with UPDATE_SNAPSHOTS=1, then review the diff by eye
+(tests/support/snapshots.py).
 """
 
 from __future__ import annotations
@@ -9,26 +10,20 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.messages import SystemMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from clawlet.config import Settings
 from clawlet.engine.prompt import RAG_MEMORY_NOTE, build_system_prompt
 from clawlet.memory.stores import KnowledgeBase
+from clawlet.services import build_services
 from clawlet.skills.scanner import refresh_snapshot, scan_skills
+from clawlet.testing.function_model import FunctionModel
 from clawlet.tools.registry import build_tools
-
-SNAPSHOTS = Path(__file__).parent / "snapshots"
-
-
-def matches_snapshot(name: str, actual: str) -> None:
-    path = SNAPSHOTS / name
-    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(actual, encoding="utf-8")
-    expected = path.read_text(encoding="utf-8")
-    assert actual == expected, f"{name} changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff"
+from tests.support.snapshots import matches_snapshot
 
 
 def write_skill(home: Path, folder: str, text: str) -> None:
@@ -262,4 +257,48 @@ def test_tool_schemas_snapshot(settings: Settings) -> None:
         parameters = schema["function"]["parameters"]
         assert parameters["type"] == "object"
         assert parameters["required"] == list(parameters["properties"])
-    matches_snapshot("tool_schemas.json", json.dumps(schemas, ensure_ascii=False, indent=2) + "\n")
+    matches_snapshot("tool_schemas.json", schemas_json(schemas))
+
+
+def schemas_json(schemas: list[dict[str, Any]]) -> str:
+    return json.dumps(schemas, ensure_ascii=False, indent=2) + "\n"
+
+
+# --- what the model is sent: a home with skills and RAG mode on ------------------------------
+
+
+async def test_the_prompt_and_tools_a_home_with_skills_and_rag_sends_snapshot(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The system prompt and tool schemas the model is sent (read from an in-process model) for the
+    default home with two more skills and RAG mode on: the memory section is the RAG note and the
+    memory retrieved comes as a message of its own."""
+    home = settings.paths.root
+    bins = home / "bin"  # the example skill needs curl: present here on every machine
+    bins.mkdir()
+    (bins / "curl").write_text("#!/bin/sh\n", encoding="utf-8")
+    (bins / "curl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bins}{os.pathsep}{os.environ['PATH']}")
+    write_skill(home, "notes", "---\nname: notes\ndescription: Keep notes in knowledge/\n---\nSteps.\n")
+    write_skill(
+        home,
+        "translate",
+        "---\nname: translate\ndescription: 中译英 (Chinese to English)\n"
+        'metadata: {"openclaw": {"emoji": "🔤"}}\n---\nTranslate the text.\n',
+    )
+    settings.paths.memory_file.write_text("# Memory\n- The user's cat is called Miso.\n", encoding="utf-8")
+    model = FunctionModel(lambda messages, info: "ok")
+    engine = build_services(settings, model=model).engine
+    engine.runtime_config.set_rag_mode(True)
+
+    _ = [event async for event in engine.stream("what is my cat called? Miso?", [])]
+
+    ((messages, info),) = model.calls
+    system, recalled, _question = messages
+    assert isinstance(system, SystemMessage) and system.text.endswith(RAG_MEMORY_NOTE)
+    assert [skill in system.text for skill in ("get_weather", "notes", "translate")] == [True] * 3
+    assert "Miso" in recalled.text
+    matches_snapshot("skills_rag/system_prompt.md", system.text)
+    matches_snapshot(
+        "skills_rag/tool_schemas.json", json.dumps(info.tools, ensure_ascii=False, indent=2) + "\n"
+    )

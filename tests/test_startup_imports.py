@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import free_port
 
 LOADED_LATER = (
@@ -68,6 +70,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.slow
 def test_serve_is_ready_before_it_imports_the_agent_stack(clawlet_home: Path) -> None:
     env = {**os.environ, "CLAWLET_HOME": str(clawlet_home), "PYTHONUNBUFFERED": "1"}
     result = subprocess.run(

@@ -80,6 +80,7 @@ def burst_upstream() -> Iterator[str]:
     thread.join(timeout=10)
 
 
+@pytest.mark.slow
 async def test_the_first_chunk_of_a_burst_goes_out_before_the_rest_is_parsed(burst_upstream: str) -> None:
     settings = Settings(provider="openai", llm_base_url=burst_upstream, llm_model="m", llm_api_key="k")
     services = build_services(settings)

@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     llm_base_url: str | None = None
     llm_api_key: str | None = None
     temperature: float = 0.7
+    #: refuse to build a chat model whose endpoint is not on loopback (the test suite sets it: no
+    #: test may reach a real provider; clawlet.llm.providers)
+    loopback_models_only: bool = False
 
     deepseek_api_key: str | None = Field(default=None, validation_alias="DEEPSEEK_API_KEY")
     deepseek_base_url: str = Field(default="https://api.deepseek.com", validation_alias="DEEPSEEK_BASE_URL")

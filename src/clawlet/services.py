@@ -28,6 +28,8 @@ from clawlet.sessions.store import TranscriptStore
 from clawlet.skills.scanner import refresh_snapshot
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
     from clawlet.engine.agent import AgentEngine
     from clawlet.runtime.engine_pool import EnginePool
 
@@ -80,13 +82,16 @@ def build_services(
     runtimes: RuntimeTable = local_runtimes,
     workspace: str = "",
     on_run: WorkspaceRunObserver | None = None,
+    model: BaseChatModel | None = None,
 ) -> Services:
+    """The services of ``settings``' home; ``model`` replaces the configured provider's chat model
+    (an in-process model a test gives)."""
     paths = settings.paths
     runtime_config = RuntimeConfig(paths.config_file)
     embedder = build_embedder(settings)
     memory = MemoryIndex(paths, embedder)
     knowledge = KnowledgeBase(paths, embedder)
-    engine = EngineHandle(settings, runtime_config, memory, knowledge, demo_token_delay)
+    engine = EngineHandle(settings, runtime_config, memory, knowledge, demo_token_delay, model)
     transcripts = TranscriptStore(paths.sessions, paths.root)
     observer = None if on_run is None else functools.partial(on_run, workspace)
     manager = SessionManager(settings, transcripts, runtimes(workspace, engine), observer)

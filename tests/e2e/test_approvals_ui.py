@@ -18,6 +18,8 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.e2e.conftest import PageErrors, Server, free_port, screenshot, start_serve, stop_serve
 
+pytestmark = pytest.mark.slow  # drives Chromium: not in `pytest -m "not slow"`
+
 #: waits on the stream: the machine running the tests may be slow and busy
 SLOW = 60_000
 

@@ -17,6 +17,8 @@ from playwright.sync_api import Page, expect
 from clawlet.cluster.local_cluster import LocalCluster
 from tests.e2e.conftest import free_port, screenshot
 
+pytestmark = pytest.mark.slow  # drives Chromium: not in `pytest -m "not slow"`
+
 LIVE = 30_000  # ms
 DESKTOP: dict[str, Any] = {"viewport": {"width": 1440, "height": 900}, "is_mobile": False, "has_touch": False}
 

@@ -17,6 +17,8 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.e2e.conftest import PageErrors, Server, create_task, screenshot, wait_status
 
+pytestmark = pytest.mark.slow  # drives Chromium: not in `pytest -m "not slow"`
+
 LIVE = 15_000  # ms: a demo reply takes well under a second; `run: sleep N` N seconds more
 
 

@@ -14,9 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.conftest import Server, create_task, screenshot, wait_status
+
+pytestmark = pytest.mark.slow  # drives Chromium: not in `pytest -m "not slow"`
 
 LIVE = 30_000  # ms: a demo reply takes well under a second, but the machine may be busy
 

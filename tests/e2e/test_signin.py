@@ -13,10 +13,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from playwright.sync_api import Page, Request, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.e2e.conftest import TOKEN, PageErrors, Server, TokenServer, screenshot
+
+pytestmark = pytest.mark.slow  # drives Chromium: not in `pytest -m "not slow"`
 
 LIVE = 15_000  # ms
 DESKTOP: dict[str, Any] = {"viewport": {"width": 1440, "height": 900}, "is_mobile": False, "has_touch": False}

@@ -17,6 +17,8 @@ from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.conftest import PageErrors, Server, free_port, screenshot, start_serve, stop_serve
 
+pytestmark = pytest.mark.slow  # drives Chromium: not in `pytest -m "not slow"`
+
 
 def open_app(page: Page, server: Server, url: str | None = None) -> None:
     page.goto(url or server.url)

@@ -143,14 +143,17 @@ class AgentEngine:
         knowledge: KnowledgeBase,
         *,
         demo_token_delay: float = 0.0,
+        model: BaseChatModel | None = None,
     ) -> None:
+        """``model``: the chat model to use instead of the configured provider's (an in-process
+        model a test gives, e.g. :class:`clawlet.testing.function_model.FunctionModel`)."""
         self.settings = settings
         self.home = settings.paths.root
         """The home, resolved once (``settings.paths`` resolves it again on every use)."""
         self.runtime_config = runtime_config
         self.memory = memory
         self.knowledge = knowledge
-        self._model: BaseChatModel | None = None
+        self._model: BaseChatModel | None = model
         self._agent: Agent | None = None
         self._tools: list[BaseTool] | None = None
         self.mcp = McpTools()

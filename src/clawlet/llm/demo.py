@@ -16,33 +16,22 @@ It lets the whole product run with no API key and no network. It reads the last 
 - asked for a ``response_format`` (a call argument, as OpenAI takes it) → its answer as JSON: an
   object built from the schema with the text in its strings (``{"answer": ...}`` for ``json_object``).
 
-It streams token by token and emits tool calls as streaming tool-call chunks, like real providers.
+It streams token by token and emits tool calls as streaming tool-call chunks, like real providers
+(:class:`~clawlet.llm.replying.ReplyingChatModel`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForLLMRun,
-    CallbackManagerForLLMRun,
-)
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import tool_call
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
@@ -52,6 +41,7 @@ from clawlet.llm.demo_names import (
     TASK_PREFIX,
     TITLE_REQUEST_MARKER,
 )
+from clawlet.llm.replying import ReplyingChatModel
 from clawlet.llm.response_format import example_for_schema
 
 RETRIEVAL_HEADER = "[记忆检索结果] Memory retrieved for this message (from memory/MEMORY.md):"
@@ -59,14 +49,6 @@ HINTS = (
     "Try `run: ls`, `python: 1 + 1`, `read workspace/SOUL.md`, `fetch <url>`, `search <query>`, "
     "or ask about the weather (天气)."
 )
-
-_CJK = "\u3000-\u9fff\uff00-\uffef"
-_TOKEN = re.compile(rf"[{_CJK}]|[ \t]*[^\s{_CJK}]+|\s+")
-
-
-def split_tokens(text: str) -> list[str]:
-    """Split text into stream pieces: words with their leading spaces, each CJK character alone."""
-    return _TOKEN.findall(text)
 
 
 @dataclass(frozen=True)
@@ -225,10 +207,9 @@ def _bound_name(tool: Any) -> str:
     return ""
 
 
-class DemoChatModel(BaseChatModel):
+class DemoChatModel(ReplyingChatModel):
     """A deterministic chat model that needs no network (see the module docstring)."""
 
-    token_delay: float = 0.0
     bound_tool_names: frozenset[str] = frozenset()
     bound_response_format: dict[str, Any] | None = None
 
@@ -263,63 +244,12 @@ class DemoChatModel(BaseChatModel):
             answer = {"answer": reply.text}
         return DemoReply(json.dumps(answer, ensure_ascii=False))
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        reply = self._reply(messages, kwargs.get("response_format"))
+    def reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        planned = self._reply(messages, kwargs.get("response_format"))
         tool_calls = []
-        if reply.tool_name:
-            tool_calls.append({"name": reply.tool_name, "args": reply.tool_args or {}, "id": _call_id()})
-        message = AIMessage(content=reply.text, tool_calls=tool_calls)
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-    def _chunks(self, reply: DemoReply) -> Iterator[AIMessageChunk]:
-        for piece in split_tokens(reply.text):
-            yield AIMessageChunk(content=piece)
-        if reply.tool_name:
-            yield AIMessageChunk(
-                content="",
-                tool_call_chunks=[
-                    {
-                        "name": reply.tool_name,
-                        "args": json.dumps(reply.tool_args or {}, ensure_ascii=False),
-                        "id": _call_id(),
-                        "index": 0,
-                        "type": "tool_call_chunk",
-                    }
-                ],
-            )
-        yield AIMessageChunk(content="", chunk_position="last")
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._reply(messages, kwargs.get("response_format"))):
-            if run_manager and isinstance(chunk.content, str) and chunk.content:
-                run_manager.on_llm_new_token(chunk.content, chunk=ChatGenerationChunk(message=chunk))
-            yield ChatGenerationChunk(message=chunk)
-
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._reply(messages, kwargs.get("response_format"))):
-            await asyncio.sleep(self.token_delay)
-            generation = ChatGenerationChunk(message=chunk)
-            if run_manager and isinstance(chunk.content, str) and chunk.content:
-                await run_manager.on_llm_new_token(chunk.content, chunk=generation)
-            yield generation
+        if planned.tool_name:
+            tool_calls.append(tool_call(name=planned.tool_name, args=planned.tool_args or {}, id=_call_id()))
+        return AIMessage(content=planned.text, tool_calls=tool_calls)
 
 
 def _call_id() -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from clawlet.config import Settings
+from clawlet.config import Settings, is_loopback
 from clawlet.llm.demo_names import DEMO_MODEL_LABEL, DEMO_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -49,6 +50,37 @@ def describe_model(settings: Settings) -> ModelInfo:
     return ModelInfo(provider, name, f"{name} ({provider})")
 
 
+SDK_ENDPOINTS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+"""Where a provider's SDK sends requests when no base URL is configured."""
+
+
+def configured_endpoint(settings: Settings, provider: str) -> str | None:
+    """The base URL configured for ``provider`` (``None``: its SDK's default)."""
+    if provider == "deepseek":
+        return settings.llm_base_url or settings.deepseek_base_url
+    if provider == "anthropic":
+        return settings.llm_base_url
+    return settings.llm_base_url or settings.openai_base_url
+
+
+def check_endpoint(settings: Settings, provider: str) -> None:
+    """With ``loopback_models_only`` (the test suite's switch), refuse an endpoint that is not on
+    loopback: no test may send a request to a real provider."""
+    if not settings.loopback_models_only:
+        return
+    url = configured_endpoint(settings, provider) or SDK_ENDPOINTS.get(provider, "")
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        host = ""
+    if not is_loopback(host):
+        raise ProviderConfigError(
+            f"refusing to build the {provider!r} chat model for {url!r}: CLAWLET_LOOPBACK_MODELS_ONLY "
+            "allows only loopback endpoints (in tests: an in-process model, "
+            "clawlet.testing.function_model, or the scripted server, clawlet.testing.scripted_openai)"
+        )
+
+
 def build_chat_model(
     settings: Settings, *, temperature: float | None = None, demo_token_delay: float = 0.0
 ) -> BaseChatModel:
@@ -63,11 +95,13 @@ def build_chat_model(
     temp = settings.temperature if temperature is None else temperature
     if info.provider == "demo":
         return DemoChatModel(token_delay=demo_token_delay)
+    check_endpoint(settings, info.provider)
+    endpoint = configured_endpoint(settings, info.provider)
     if info.provider == "deepseek":
         return PlainChunkChatDeepSeek(
             model_name=info.name,
             api_key=settings.llm_api_key or settings.deepseek_api_key,
-            api_base=settings.llm_base_url or settings.deepseek_base_url,
+            api_base=endpoint,
             temperature=temp,
             streaming=True,
             stream_usage=True,
@@ -78,7 +112,7 @@ def build_chat_model(
             info.name,
             model_provider="anthropic",
             api_key=settings.llm_api_key or settings.anthropic_api_key,
-            base_url=settings.llm_base_url,
+            base_url=endpoint,
             temperature=temp,
             streaming=True,
             max_retries=1,
@@ -87,7 +121,7 @@ def build_chat_model(
         return model
     return PlainChunkChatOpenAI(
         model_name=info.name,
-        base_url=settings.llm_base_url or settings.openai_base_url,
+        base_url=endpoint,
         api_key=settings.llm_api_key or settings.openai_api_key or "not-needed",
         temperature=temp,
         streaming=True,

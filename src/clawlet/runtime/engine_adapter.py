@@ -18,6 +18,8 @@ from clawlet.memory.stores import KnowledgeBase, MemoryIndex
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, UserMessage
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
     from clawlet.engine.agent import AgentEngine
 
 
@@ -30,6 +32,8 @@ class EngineHandle:
     memory: MemoryIndex
     knowledge: KnowledgeBase
     demo_token_delay: float = 0.0
+    model: BaseChatModel | None = None
+    """The chat model the engine uses instead of the configured provider's (a test's in-process model)."""
     _engine: AgentEngine | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -45,6 +49,7 @@ class EngineHandle:
                         self.memory,
                         self.knowledge,
                         demo_token_delay=self.demo_token_delay,
+                        model=self.model,
                     )
         return self._engine
 

@@ -1,0 +1,109 @@
+"""The session manager's turns over a ``FunctionRuntime`` (the runtime is not what is tested here):
+what is stored, the history the runtime gets, a failing turn, a cancelled one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from clawlet.config import Settings
+from clawlet.events import (
+    Event,
+    NewSegment,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolEnd,
+    ToolStart,
+)
+from clawlet.runtime.base import UserMessage
+from clawlet.runtime.manager import Run, SessionManager
+from clawlet.sessions.store import TranscriptStore
+from clawlet.testing.function_runtime import FunctionRuntime, TurnFunction
+
+DEADLINE = 60.0
+
+
+def manager_with(settings: Settings, function: TurnFunction) -> tuple[SessionManager, FunctionRuntime]:
+    runtime = FunctionRuntime(function)
+    store = TranscriptStore(settings.paths.sessions, settings.paths.root)
+    return SessionManager(settings, store, {"engine": lambda: runtime}), runtime
+
+
+async def finished(run: Run) -> list[Event]:
+    await asyncio.wait_for(run.wait(), DEADLINE)
+    return list(run.log)
+
+
+def read_and_answer(message: UserMessage) -> list[Event]:
+    return [
+        TextDelta("Let me "),
+        TextDelta("look."),
+        ToolStart(tool="read_file", input="notes.md", call_id="c1"),
+        ToolEnd(tool="read_file", output="milk, eggs", call_id="c1"),
+        NewSegment(),
+        TextDelta(f"You asked: {message.text}"),
+    ]
+
+
+async def test_a_turn_is_stored_in_segments_and_is_the_next_turns_history(settings: Settings) -> None:
+    manager, runtime = manager_with(settings, read_and_answer)
+
+    events = await finished(await manager.start_turn("s1", "what is on the list?", title=False))
+
+    assert isinstance(events[0], RunStarted)
+    assert events[-1] == RunFinished("Let me look.\n\nYou asked: what is on the list?", "s1")
+    stored = manager.store.load("s1")["messages"]
+    assert [(m["role"], m["content"]) for m in stored] == [
+        ("user", "what is on the list?"),
+        ("assistant", "Let me look."),
+        ("assistant", "You asked: what is on the list?"),
+    ]
+    assert stored[1]["tool_calls"][0]["output"] == "milk, eggs"
+
+    await finished(await manager.start_turn("s1", "thanks", title=False))
+    first, second = runtime.messages
+    assert first.history == []
+    assert second.history == [
+        {"role": "user", "content": "what is on the list?"},
+        {"role": "assistant", "content": "Let me look.\n\nYou asked: what is on the list?"},
+    ]
+
+
+async def test_a_runtime_that_raises_fails_the_run_and_keeps_what_it_said(settings: Settings) -> None:
+    async def breaks(message: UserMessage) -> AsyncIterator[Event]:
+        yield TextDelta("Half an answer")
+        raise ConnectionError("the runtime went away")
+
+    manager, _ = manager_with(settings, breaks)
+
+    events = await finished(await manager.start_turn("s1", "hello", title=False))
+
+    assert events[-1] == RunFailed("ConnectionError: the runtime went away", "s1")
+    stored = manager.store.load("s1")["messages"]
+    assert [(m["role"], m["content"]) for m in stored] == [("user", "hello"), ("assistant", "Half an answer")]
+
+
+async def test_cancelling_a_waiting_turn_cancels_its_runtime_and_keeps_the_text(
+    settings: Settings,
+) -> None:
+    said = asyncio.Event()
+
+    async def never_ends(message: UserMessage) -> AsyncIterator[Event]:
+        yield TextDelta("Working on it")
+        said.set()
+        await asyncio.Event().wait()  # until cancelled
+        yield TextDelta("never")
+
+    manager, runtime = manager_with(settings, never_ends)
+    run = await manager.start_turn("s1", "do it", title=False)
+    await asyncio.wait_for(said.wait(), DEADLINE)
+
+    assert await manager.cancel("s1") is True
+
+    events = await finished(run)
+    assert events[-1] == RunCancelled("s1", "Working on it")
+    assert runtime.cancels == 1
+    assert manager.store.load("s1")["messages"][-1]["content"] == "Working on it"
