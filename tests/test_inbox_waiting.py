@@ -408,13 +408,13 @@ def test_a_run_stopped_between_its_pause_and_the_status_change_waits_after_a_res
 
 
 def test_session_refusals_are_the_one_mapping_in_the_inbox_format() -> None:
-    from clawlet.api.session_errors import session_error
     from clawlet.engine.tool_approvals import InvalidDecision
     from clawlet.events import ApprovalRequested
     from clawlet.inbox.backends import refused
     from clawlet.inbox.models import Task
     from clawlet.runtime.base import RuntimeFailure
     from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
+    from clawlet.runtime.session_errors import session_error
 
     task = Task("01TASK", "main", "t", False, "running", 1, 1)
     session = task_session_name(task.id)

@@ -15,8 +15,8 @@ import docx
 import httpx
 import pytest
 
-from clawlet.api import health
 from clawlet.config import Settings
+from clawlet.runtime import health_checks
 from clawlet.runtime.openclaw_bridge import node_supported, probe_openclaw, version_tuple
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer
 from tests.conftest import LiveServer, free_port
@@ -288,8 +288,8 @@ def test_the_openclaw_check_is_the_bridges_own_probe(
     root = fake_openclaw_install(tmp_path, version)
     monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("CLAWLET_OPENCLAW_BRIDGE", str(root / "bridge"))
-    monkeypatch.setattr(health, "_runtime_cache", [])
-    check = health.probe_openclaw_runtime()
+    monkeypatch.setattr(health_checks, "_runtime_cache", [])
+    check = health_checks.probe_openclaw_runtime()
     assert check["status"] == ("healthy" if available else "unavailable"), check
     assert probe_openclaw().available is available  # what the bridge's preflight decides
     assert node_supported(version_tuple(version)) is available
@@ -305,7 +305,7 @@ def test_health_says_openclaw_is_unavailable_on_a_node_the_bridge_refuses(
     root = fake_openclaw_install(tmp_path / "openclaw-install", "v25.2.1")
     monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("CLAWLET_OPENCLAW_BRIDGE", str(root / "bridge"))
-    monkeypatch.setattr(health, "_runtime_cache", [])
+    monkeypatch.setattr(health_checks, "_runtime_cache", [])
     body = get_health(live_server()).json()
     runtime = body["checks"]["openclaw_runtime"]
     assert body["openclaw_available"] is False and runtime["status"] == "unavailable", runtime

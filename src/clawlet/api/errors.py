@@ -16,17 +16,9 @@ from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clawlet.api.openai.errors import openai_error
+from clawlet.errors import ApiError
 
 log = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:

@@ -23,13 +23,12 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clawlet.api.deps import WorkspacesDep
-from clawlet.api.errors import ApiError
 from clawlet.api.event_stream import HOLE, KEEPALIVE_SECONDS, FrameTemplate, SseEventStream, sse_data
 from clawlet.api.options import AgentOptions, OptionError, check_tool_names
-from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.api.sse_response import SseResponse
 from clawlet.engine.context import RunContext
 from clawlet.engine.tool_approvals import permission_note
+from clawlet.errors import ApiError
 from clawlet.events import (
     ApprovalRequested,
     Event,
@@ -49,6 +48,7 @@ from clawlet.events import (
     Usage,
 )
 from clawlet.paths import UnsafePath, resolve_inside
+from clawlet.runtime.session_errors import SESSION_ERRORS, session_error
 from clawlet.services import InvalidWorkspace, Services
 from clawlet.sessions.store import validate_session_id
 

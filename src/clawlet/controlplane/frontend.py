@@ -51,7 +51,7 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from clawlet.api.auth import is_guarded, refuse
-from clawlet.api.errors import ApiError, install_error_handlers
+from clawlet.api.errors import install_error_handlers
 from clawlet.api.origin_guard import OriginGuard, OriginPolicy
 from clawlet.api.sse_response import SseResponse
 from clawlet.api.static import install_static
@@ -65,6 +65,7 @@ from clawlet.controlplane.server import (
     SessionNotFound,
     create_control_plane_app,
 )
+from clawlet.errors import ApiError
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from clawlet import __version__
-from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.config import Settings
 from clawlet.engine import compression
 from clawlet.engine.context import RunContext
@@ -150,6 +149,7 @@ from clawlet.gateway.protocol import (
 from clawlet.logs import LOG_RING, swallowed
 from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, Run, SessionBusy
+from clawlet.runtime.session_errors import SESSION_ERRORS, session_error
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import (
     CompressionConflict,
@@ -302,7 +302,7 @@ def stable_session_id(rest: str) -> str:
 
 def session_refused(exc: Exception, session_id: str) -> GatewayError:
     """The ``ok:false`` answer for a refusal of the session manager (the one mapping,
-    :func:`~clawlet.api.session_errors.session_error`): ``INVALID_REQUEST`` for a bad request,
+    :func:`~clawlet.runtime.session_errors.session_error`): ``INVALID_REQUEST`` for a bad request,
     else ``UNAVAILABLE``, retryable while the session is busy answering."""
     decide = "decide it (exec.approval.resolve) or chat.abort first"
     error = session_error(exc, session_id, decide=decide)
@@ -1348,7 +1348,13 @@ class GatewayServer:
 
     async def _status(self, conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
         """``status``: the health checks of ``/health``, the sessions and this gateway's state."""
-        from clawlet.api.health import check_llm, check_mcp, check_sandbox, check_workspace, overall_status
+        from clawlet.runtime.health_checks import (
+            check_llm,
+            check_mcp,
+            check_sandbox,
+            check_workspace,
+            overall_status,
+        )
         from clawlet.tools.sandbox import sandbox_status
 
         settings = self.workspaces.default.settings

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.context import RunContext
 from clawlet.engine.tool_approvals import Decision
 from clawlet.event_stream import EventStream
@@ -46,6 +45,7 @@ from clawlet.gateway.protocol import GatewayError, session_key
 from clawlet.inbox.models import Task
 from clawlet.inbox.reconcile import reply_after
 from clawlet.runtime.manager import Run, SessionWaiting
+from clawlet.runtime.session_errors import SESSION_ERRORS, session_error
 
 if TYPE_CHECKING:
     from clawlet.gateway.client import GatewayClient
@@ -86,8 +86,8 @@ def task_session_key(task: Task) -> str:
 
 def refused(exc: Exception, task: Task, approval_id: str = "") -> Outcome:
     """The failed run a refusal of the session manager (one of
-    :data:`~clawlet.api.session_errors.SESSION_ERRORS`) is to the task: the one mapping's message
-    (:func:`~clawlet.api.session_errors.session_error`)."""
+    :data:`~clawlet.runtime.session_errors.SESSION_ERRORS`) is to the task: the one mapping's message
+    (:func:`~clawlet.runtime.session_errors.session_error`)."""
     decide = f"decide it (POST /api/v1/tasks/{task.id}/approvals/<approvalId>) or cancel the task first"
     error = session_error(exc, task_session_name(task.id), approval_id, decide=decide)
     return Outcome("error", "", error.message)

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clawlet.api.deps import InboxDep
-from clawlet.api.errors import ApiError
+from clawlet.errors import ApiError
 from clawlet.inbox.repository import MAX_LIST_LIMIT
 from clawlet.inbox.service import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from clawlet.inbox.states import STATUSES, TaskStatus, parse_status

@@ -62,7 +62,6 @@ from clawlet.api.options import (
     extract_in_message,
     from_mapping,
 )
-from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.engine.context import RunContext
 from clawlet.engine.tool_approvals import permission_note
 from clawlet.events import Event, RunFailed
@@ -71,6 +70,7 @@ from clawlet.llm.providers import describe_model
 from clawlet.llm.response_format import ResponseFormat, ResponseFormatError, parse_response_format
 from clawlet.llm.sampling import Sampling
 from clawlet.runtime.manager import Run
+from clawlet.runtime.session_errors import SESSION_ERRORS, session_error
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.sessions.store import validate_session_id
 

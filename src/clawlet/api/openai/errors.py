@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import JSONResponse
 
 if TYPE_CHECKING:  # clawlet.api.errors renders its own errors with this module
-    from clawlet.api.errors import ApiError
+    from clawlet.errors import ApiError
 
 ERROR_TYPES = {
     400: "invalid_request_error",

@@ -17,17 +17,17 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clawlet.api.deps import ServicesDep
-from clawlet.api.errors import ApiError
 from clawlet.api.event_stream import KEEPALIVE_SECONDS
-from clawlet.api.session_errors import SESSION_ERRORS, session_error
 from clawlet.api.sse_response import SseResponse
 from clawlet.api.workbench.stream import WorkbenchStream
 from clawlet.engine.context import RunContext
 from clawlet.engine.tool_approvals import Decision, pending_to_json
+from clawlet.errors import ApiError
 from clawlet.events import RunCancelled, RunFailed, RunWaiting
 from clawlet.runtime.manager import (
     Run,
 )
+from clawlet.runtime.session_errors import SESSION_ERRORS, session_error
 from clawlet.services import Services
 from clawlet.sessions.store import InvalidSessionId, validate_session_id
 

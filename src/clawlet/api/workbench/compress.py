@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from clawlet.api.deps import ServicesDep
-from clawlet.api.errors import ApiError
 from clawlet.api.workbench.sessions import load_or_404
 from clawlet.engine.compression import NotEnoughMessages, SummaryFailed, compress_session
+from clawlet.errors import ApiError
 from clawlet.runtime.manager import SessionBusy
 from clawlet.sessions.store import CompressionConflict, SessionNotFound
 

@@ -16,9 +16,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, StrictBool
 
 from clawlet.api.deps import ServicesDep, WorkspacesDep
-from clawlet.api.errors import ApiError
 from clawlet.config import ApprovalPolicy
 from clawlet.engine.tool_approvals import default_policies
+from clawlet.errors import ApiError
 from clawlet.services import InvalidWorkspace, Services, Workspaces
 from clawlet.tools.ask_user import ASK_USER_TOOL
 

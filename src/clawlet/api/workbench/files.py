@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from clawlet.api.deps import ServicesDep
-from clawlet.api.errors import ApiError
+from clawlet.errors import ApiError
 from clawlet.files import EditableFileNotFound, FileAccessError
 from clawlet.tokens import count_tokens
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 
 from clawlet.api.deps import ServicesDep
-from clawlet.api.errors import ApiError
-from clawlet.api.session_errors import corrupt_error
 from clawlet.engine.titles import generate_title
+from clawlet.errors import ApiError
+from clawlet.runtime.session_errors import corrupt_error
 from clawlet.services import Services
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt, SessionData, SessionNotFound
 

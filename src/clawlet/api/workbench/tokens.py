@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from clawlet.api.deps import ServicesDep
-from clawlet.api.errors import ApiError
 from clawlet.api.workbench.sessions import load_or_404
+from clawlet.errors import ApiError
 from clawlet.files import EditableFileNotFound, FileAccessError
 from clawlet.tokens import count_tokens
 

@@ -11,8 +11,8 @@ response (``clawlet.gateway.server``), the inbox as a failed task's message
 
 from __future__ import annotations
 
-from clawlet.api.errors import ApiError
 from clawlet.engine.tool_approvals import InvalidDecision, pending_to_json
+from clawlet.errors import ApiError
 from clawlet.runtime.base import RuntimeFailure
 from clawlet.runtime.manager import ApprovalDecided, ApprovalNotFound, SessionBusy, SessionWaiting
 from clawlet.sessions.store import InvalidSessionId, SessionCorrupt
