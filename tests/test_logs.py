@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from clawlet.logs import JsonFormatter, LogRing, redact, request_id_var
 from tests.conftest import free_port
@@ -109,3 +112,80 @@ def test_the_log_ring_pages_like_a_growing_file() -> None:
     assert ring.page(newest.cursor + 1, limit=10, max_bytes=10_000).reset is True
     capped = ring.page(None, limit=10, max_bytes=len(newest.lines[-1]) + 1)
     assert capped.lines == newest.lines[-1:] and capped.truncated is True
+
+
+# -- the child processes' logging: CLAWLET_LOG_FORMAT and CLAWLET_LOG_LEVEL, read through LogSettings
+
+
+def _child_env(tmp_path: Path, log_format: str | None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CLAWLET_LOG_")}
+    env["CLAWLET_HOME"] = str(tmp_path / "home")
+    if log_format is not None:
+        env["CLAWLET_LOG_FORMAT"] = log_format
+    return env
+
+
+def _pipe_child_log(module: str, env: dict[str, str]) -> str:
+    """What an engine worker or a session process writes to stderr when its first line is not ``init``."""
+    done = subprocess.run(
+        [sys.executable, "-m", module],
+        input=b'{"type": "hello"}\n',
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    return done.stderr.decode()
+
+
+def _template_log(env: dict[str, str]) -> str:
+    """What the session template writes to stderr from its start until the exec plane goes away."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "clawlet.execplane.session_template", str(theirs.fileno())],
+            env=env,
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        theirs.close()
+        ours.settimeout(120)
+        assert json.loads(ours.recv(65536))["type"] == "ready"
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    return stderr.decode()
+
+
+CHILDREN = {
+    "engine worker": (
+        lambda env: _pipe_child_log("clawlet.runtime.engine_worker", env),
+        "ERROR",
+        "the first line on the pipe was not init; exiting",
+    ),
+    "session process": (
+        lambda env: _pipe_child_log("clawlet.execplane.session_child", env),
+        "ERROR",
+        "the first line on the pipe was not init; exiting",
+    ),
+    "session template": (_template_log, "INFO", "session template "),
+}
+#: ``configure_logging``'s text format: time, level, logger, message.
+TEXT_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) \S+: (?P<message>.*)")
+
+
+@pytest.mark.parametrize("child", sorted(CHILDREN))
+def test_child_processes_log_in_the_configured_format(tmp_path: Path, child: str) -> None:
+    """A child started with ``CLAWLET_LOG_FORMAT=text`` writes text lines; without it, JSON."""
+    run, level, message = CHILDREN[child]
+    text = run(_child_env(tmp_path, "text"))
+    lines = [TEXT_LINE.fullmatch(line) for line in text.splitlines()]
+    assert lines and all(lines), text
+    assert any(m and m["level"] == level and m["message"].startswith(message) for m in lines), text
+    default = run(_child_env(tmp_path, None))
+    entries = [json.loads(line) for line in default.splitlines()]
+    assert any(
+        entry["level"] == level.lower() and entry["message"].startswith(message) for entry in entries
+    ), default

@@ -73,7 +73,23 @@ class HeldSecretsSource(EnvSettingsSource):
         )
 
 
-class Settings(BaseSettings):
+LogFormat = Literal["json", "text"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class LogSettings(BaseSettings):
+    """``CLAWLET_LOG_FORMAT`` and ``CLAWLET_LOG_LEVEL``: part of :class:`Settings`, and alone what a
+    child process (engine worker, session template, session process) reads to configure its logging,
+    from its environment only (not ``.env`` in its working directory, which may be a user's
+    workspace, and without validating every other setting)."""
+
+    model_config = SettingsConfigDict(env_prefix="CLAWLET_", extra="ignore")
+
+    log_format: LogFormat = "json"
+    log_level: LogLevel = "INFO"
+
+
+class Settings(LogSettings):
     """Everything configurable from the environment, the secrets held in memory or a ``.env`` file."""
 
     model_config = SettingsConfigDict(
@@ -101,9 +117,6 @@ class Settings(BaseSettings):
     workspace_base: Path | None = Field(
         default=None, validation_alias=AliasChoices("CLAWLET_WORKSPACE_BASE", "WORKSPACE_BASE")
     )
-
-    log_format: Literal["json", "text"] = "json"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     provider: ProviderName = "auto"
     llm_model: str | None = None

@@ -473,11 +473,11 @@ async def _child_main() -> int:
 def run_child() -> int:
     """The session process, on fd 0/1 (the pipe) and 2 (its log): spawned (:func:`main`) or forked
     from the session template; returns the exit code."""
+    from clawlet.config import LogSettings
     from clawlet.logs import configure_logging
 
-    configure_logging(
-        os.environ.get("CLAWLET_LOG_FORMAT", "json"), os.environ.get("CLAWLET_LOG_LEVEL", "INFO")
-    )
+    logging_settings = LogSettings()
+    configure_logging(logging_settings.log_format, logging_settings.log_level)
     return aio.run(_child_main())
 
 

@@ -245,11 +245,11 @@ class TemplateServer:
 
 
 def main() -> None:
+    from clawlet.config import LogSettings
     from clawlet.logs import configure_logging
 
-    configure_logging(
-        os.environ.get("CLAWLET_LOG_FORMAT", "json"), os.environ.get("CLAWLET_LOG_LEVEL", "INFO")
-    )
+    logging_settings = LogSettings()
+    configure_logging(logging_settings.log_format, logging_settings.log_level)
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.setblocking(True)
     try:

@@ -164,11 +164,11 @@ async def _worker_main() -> int:
 
 
 def main() -> None:
+    from clawlet.config import LogSettings
     from clawlet.logs import configure_logging
 
-    configure_logging(
-        os.environ.get("CLAWLET_LOG_FORMAT", "json"), os.environ.get("CLAWLET_LOG_LEVEL", "INFO")
-    )
+    logging_settings = LogSettings()
+    configure_logging(logging_settings.log_format, logging_settings.log_level)
     raise SystemExit(aio.run(_worker_main()))
 
 
