@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from clawlet.gateway.answers import chat_history
 from clawlet.gateway.client import GatewayClient
 from clawlet.gateway.protocol import assistant_message
 from clawlet.inbox.backends import GatewayBackend, task_session_key
@@ -53,6 +54,11 @@ def assistant(text: str, message_id: str, *, stop: str = "stop") -> dict[str, An
 # -- finding the reply ---------------------------------------------------------------------------
 
 
+def found(history: Any, idempotency_key: str, content: str) -> Reconciled:
+    """``reply_after`` on a ``chat.history`` answer as the client reads it."""
+    return reply_after(chat_history(history), idempotency_key, content)
+
+
 def test_the_reply_follows_the_message_with_our_idempotency_key() -> None:
     history = {
         "messages": [
@@ -62,16 +68,16 @@ def test_the_reply_follows_the_message_with_our_idempotency_key() -> None:
             assistant("SECOND ANSWER", "m-2"),
         ]
     }
-    assert reply_after(history, "run-b", "second") == Reconciled(True, HistoryReply("m-2", "SECOND ANSWER"))
-    assert reply_after(history, "run-a", "[slow] first").reply == HistoryReply("m-1", "slow slow")
+    assert found(history, "run-b", "second") == Reconciled(True, HistoryReply("m-2", "SECOND ANSWER"))
+    assert found(history, "run-a", "[slow] first").reply == HistoryReply("m-1", "slow slow")
 
 
 def test_a_message_not_answered_yet_has_no_reply() -> None:
     history = {"messages": [user("[slow] first", "run-a"), user("second", "run-b")]}
-    assert reply_after(history, "run-a", "[slow] first") == Reconciled(True, None)
-    assert reply_after(history, "run-b", "second") == Reconciled(True, None)
-    assert reply_after(history, "run-c", "third") == Reconciled(False, None)
-    assert reply_after({"messages": "garbage"}, "run-a", "x") == Reconciled(False, None)
+    assert found(history, "run-a", "[slow] first") == Reconciled(True, None)
+    assert found(history, "run-b", "second") == Reconciled(True, None)
+    assert found(history, "run-c", "third") == Reconciled(False, None)
+    assert found({"messages": "garbage"}, "run-a", "x") == Reconciled(False, None)
 
 
 def test_a_replayed_turn_after_the_restart_note_is_the_reply() -> None:
@@ -84,16 +90,16 @@ def test_a_replayed_turn_after_the_restart_note_is_the_reply() -> None:
             assistant("done after the restart", "m-2"),
         ]
     }
-    assert reply_after(history, "run-a", "do it").reply == HistoryReply("m-2", "done after the restart")
+    assert found(history, "run-a", "do it").reply == HistoryReply("m-2", "done after the restart")
 
 
 def test_without_idempotency_keys_the_last_message_with_that_text_is_ours() -> None:
     history = {
         "messages": [user("again"), assistant("first answer", "m-1"), user("again"), assistant("", "m-2")]
     }
-    assert reply_after(history, "unknown", "again") == Reconciled(True, None)
+    assert found(history, "unknown", "again") == Reconciled(True, None)
     history["messages"].append(assistant("second answer", "m-3"))
-    assert reply_after(history, "unknown", "again").reply == HistoryReply("m-3", "second answer")
+    assert found(history, "unknown", "again").reply == HistoryReply("m-3", "second answer")
 
 
 # -- the backend against a gateway ---------------------------------------------------------------

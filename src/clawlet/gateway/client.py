@@ -51,6 +51,8 @@ from typing import Any, Literal
 from websockets.exceptions import ConnectionClosed
 
 from clawlet import __version__
+from clawlet.gateway.answers import ChatHistory, chat_abort_result, chat_history, chat_send_result
+from clawlet.gateway.payloads import ChatAbortResult, ChatSendResult
 from clawlet.gateway.protocol import (
     CAP_TOOL_EVENTS,
     DEFAULT_TICK_INTERVAL_MS,
@@ -267,6 +269,10 @@ class _RunWatch:
         return not isinstance(key, str) or not key or _same_session(key, self.session_key)
 
 
+def _send_params(session_key: str, message: str, idempotency_key: str) -> dict[str, Any]:
+    return {"sessionKey": session_key.lower(), "message": message, "idempotencyKey": idempotency_key}
+
+
 def _same_session(key: Any, ours: str) -> bool:
     """Whether an event's ``sessionKey`` names the session ``ours`` (lower-cased)."""
     if not isinstance(key, str) or not key:
@@ -445,7 +451,8 @@ class GatewayClient(SocketClient):
     async def request(
         self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
     ) -> Any:
-        """Send a request and return its ``payload``.
+        """Send a request and return its ``payload`` as received (:meth:`send`, :meth:`abort` and
+        :meth:`history` return theirs typed).
 
         Raises :class:`GatewayError` on ``ok:false`` and :class:`GatewayUnavailable` when there is
         no connection, it is lost before the answer, or no answer comes within ``timeout`` seconds
@@ -457,12 +464,25 @@ class GatewayClient(SocketClient):
         conn = await self._ensure_connected(deadline)
         return await self._request_on(conn, method, params, max(0.0, deadline - loop.time()), limit)
 
-    async def abort(self, session_key: str, run_id: str | None = None) -> Any:
+    async def abort(self, session_key: str, run_id: str | None = None) -> ChatAbortResult:
         """``chat.abort`` one run (or every run of the session when ``run_id`` is ``None``)."""
         params: dict[str, Any] = {"sessionKey": session_key.lower()}
         if run_id:
             params["runId"] = run_id
-        return await self.request("chat.abort", params)
+        return chat_abort_result(await self.request("chat.abort", params))
+
+    async def send(
+        self, session_key: str, message: str, idempotency_key: str, *, timeout: float | None = None
+    ) -> ChatSendResult:
+        """``chat.send`` without watching the run (:meth:`chat` watches it): its ack."""
+        params = _send_params(session_key, message, idempotency_key)
+        return chat_send_result(await self.request("chat.send", params, timeout=timeout), idempotency_key)
+
+    async def history(self, session_key: str, *, timeout: float | None = None) -> ChatHistory:
+        """``chat.history`` of a session: its transcript's messages."""
+        return chat_history(
+            await self.request("chat.history", {"sessionKey": session_key.lower()}, timeout=timeout)
+        )
 
     async def chat(
         self,
@@ -493,17 +513,17 @@ class GatewayClient(SocketClient):
         if on_tool is not None:
             listener = (lambda run_id: run_id in watch.run_ids, on_tool)
             self._tool_listeners.append(listener)
-        run_id = idempotency_key
         try:
-            params = {"sessionKey": key, "message": message, "idempotencyKey": idempotency_key}
+            params = _send_params(key, message, idempotency_key)
             ack_timeout = max(0.0, min(self.request_timeout, deadline - loop.time()))
-            ack = await self._request_on(conn, "chat.send", params, ack_timeout, ack_timeout)
-            if isinstance(ack, dict) and ack.get("status") not in (None, "started"):
-                log.info("chat.send for %s answered status %r", idempotency_key, ack.get("status"))
-            if isinstance(ack, dict) and isinstance(ack.get("runId"), str) and ack["runId"]:
-                run_id = ack["runId"]
-                if run_id != idempotency_key:
-                    self._watch(conn, watch, run_id)
+            ack = chat_send_result(
+                await self._request_on(conn, "chat.send", params, ack_timeout, ack_timeout), idempotency_key
+            )
+            if ack["status"] != "started":
+                log.info("chat.send for %s answered status %r", idempotency_key, ack["status"])
+            run_id = ack["runId"]
+            if run_id != idempotency_key:
+                self._watch(conn, watch, run_id)
             accumulator = ChatAccumulator(run_id)
             while True:
                 remaining = deadline - loop.time()

@@ -4,7 +4,9 @@ They follow ``@openclaw/gateway-protocol``'s JSON Schema (the tests check every 
 ``tests/support/gateway_schema.py``) and are types only: at run time they are the plain dicts they
 always were, built and encoded as before, with nothing validated per frame. The frames that carry
 them are in :mod:`clawlet.gateway.protocol`; request params other than ``connect``'s are read
-leniently, field by field (``param_str`` and the like in :mod:`clawlet.gateway.server`).
+leniently, field by field (``param_str`` and the like in :mod:`clawlet.gateway.server`). clawlet's
+gateway client reads the method results it gets into the same types
+(:mod:`clawlet.gateway.answers`).
 """
 
 from __future__ import annotations
@@ -136,9 +138,14 @@ class AgentEvent(TypedDict):
 # -- method results ------------------------------------------------------------------------------
 
 
+ChatSendStatus = Literal["started", "in_flight", "ok"]
+"""``started``: a new run; for an idempotency key already seen, ``in_flight`` while its run goes
+on (OpenClaw) and ``ok`` once it is over."""
+
+
 class ChatSendResult(TypedDict):
     runId: str
-    status: Literal["started", "ok"]
+    status: ChatSendStatus
 
 
 class ChatAbortResult(TypedDict):

@@ -390,12 +390,11 @@ class GatewayBackend:
                     await self.client.connect_by(deadline)
                     wake.clear()
                     limit = max(0.0, min(self.client.request_timeout, deadline - loop.time()))
-                    history = await self.client.request("chat.history", {"sessionKey": key}, timeout=limit)
+                    history = await self.client.history(key, timeout=limit)
                     found = reply_after(history, message_id, content)
                     if not found.seen and resend:
                         log.info("task %s: the message is not in the transcript; sending it again", task.id)
-                        params = {"sessionKey": key, "message": content, "idempotencyKey": message_id}
-                        await self.client.request("chat.send", params, timeout=limit)
+                        await self.client.send(key, content, message_id, timeout=limit)
                         resend = False
                 except GatewayError as exc:
                     return Outcome("error", text, f"the OpenClaw gateway refused the message: {exc}")

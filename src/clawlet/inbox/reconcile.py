@@ -16,8 +16,8 @@ message with text before the next user message; internal user messages (``proven
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from clawlet.gateway.answers import ChatHistory, HistoryMessage
 from clawlet.gateway.protocol import message_text
 
 #: ``stopReason`` of assistant messages that are not a finished reply (a tool call in between, a
@@ -41,25 +41,19 @@ class Reconciled:
     reply: HistoryReply | None
 
 
-def _meta(message: dict[str, Any]) -> dict[str, Any]:
-    meta = message.get("__openclaw")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _is_user(message: dict[str, Any]) -> bool:
+def _is_user(message: HistoryMessage) -> bool:
     return message.get("role") == "user"
 
 
-def _is_internal(message: dict[str, Any]) -> bool:
-    provenance = message.get("provenance")
-    kind = provenance.get("kind") if isinstance(provenance, dict) else None
-    return isinstance(kind, str) and kind.startswith("internal")
+def _is_internal(message: HistoryMessage) -> bool:
+    return message.get("provenance", {}).get("kind", "").startswith("internal")
 
 
-def _find_message(messages: list[dict[str, Any]], idempotency_key: str, content: str) -> int | None:
+def _find_message(messages: list[HistoryMessage], idempotency_key: str, content: str) -> int | None:
     key = f"{idempotency_key}:user"
     for index, message in enumerate(messages):
-        if _is_user(message) and key in (message.get("idempotencyKey"), _meta(message).get("idempotencyKey")):
+        keys = (message.get("idempotencyKey"), message.get("__openclaw", {}).get("idempotencyKey"))
+        if _is_user(message) and key in keys:
             return index
     wanted = content.strip()
     for index in range(len(messages) - 1, -1, -1):
@@ -69,11 +63,10 @@ def _find_message(messages: list[dict[str, Any]], idempotency_key: str, content:
     return None
 
 
-def reply_after(history: Any, idempotency_key: str, content: str) -> Reconciled:
+def reply_after(history: ChatHistory, idempotency_key: str, content: str) -> Reconciled:
     """Look up the message sent with ``idempotency_key`` (text ``content``) in a ``chat.history``
-    payload and the reply that follows it."""
-    raw = history.get("messages") if isinstance(history, dict) else None
-    messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
+    answer and the reply that follows it."""
+    messages = history["messages"]
     start = _find_message(messages, idempotency_key, content)
     if start is None:
         return Reconciled(False, None)
@@ -85,6 +78,5 @@ def reply_after(history: Any, idempotency_key: str, content: str) -> Reconciled:
             continue
         text = message_text(message)
         if text.strip():
-            message_id = _meta(message).get("id")
-            reply = HistoryReply(message_id if isinstance(message_id, str) else None, text)
+            reply = HistoryReply(message.get("__openclaw", {}).get("id"), text)
     return Reconciled(True, reply)
