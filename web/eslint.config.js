@@ -1,5 +1,8 @@
 // ESLint for the web UIs (run by scripts/test): JavaScript's and typescript-eslint's recommended
-// rules, and React's rules of hooks (hooks called unconditionally, effect dependencies complete).
+// rules, and eslint-plugin-react-hooks' recommended ones: the rules of hooks (hooks called
+// unconditionally, effect dependencies complete) and the React Compiler's (no ref read or written
+// during render, no setState called synchronously in an effect, pure renders, props and state never
+// mutated, ...), at the plugin's levels with exhaustive-deps raised to an error.
 import js from '@eslint/js'
 import reactHooks from 'eslint-plugin-react-hooks'
 import globals from 'globals'
@@ -14,7 +17,7 @@ export default tseslint.config(
     languageOptions: { globals: globals.browser },
     plugins: { 'react-hooks': reactHooks },
     rules: {
-      'react-hooks/rules-of-hooks': 'error',
+      ...reactHooks.configs.flat.recommended.rules,
       'react-hooks/exhaustive-deps': 'error',
       '@typescript-eslint/no-unused-vars': [
         'error',

@@ -4,6 +4,7 @@ import * as monaco from 'monaco-editor/editor/editor.api.js'
 import 'monaco-editor/languages/definitions/markdown/register.js'
 import '../../node_modules/monaco-editor/esm/vs/base/browser/ui/codicons/codicon/codicon.css'
 import EditorWorker from 'monaco-editor/editor/editor.worker.js?worker'
+import { useLatest } from '../shared/hooks'
 
 const scope = self as unknown as { MonacoEnvironment?: { getWorker: () => Worker } }
 scope.MonacoEnvironment = { getWorker: () => new EditorWorker() }
@@ -21,8 +22,9 @@ export function MonacoEditor(props: {
 }) {
   const host = useRef<HTMLDivElement>(null)
   const editor = useRef<monaco.editor.IStandaloneCodeEditor | null>(null)
-  const handlers = useRef(props)
-  handlers.current = props
+  const handlers = useLatest(props)
+  // the text being put into the editor by the effect below (its change event is not the user's)
+  const applying = useRef<string | null>(null)
 
   useEffect(() => {
     if (!host.current) return
@@ -49,18 +51,16 @@ export function MonacoEditor(props: {
       instance.dispose()
       editor.current = null
     }
-  }, [])
+  }, [handlers])
 
-  const applying = useRef<string | null>(null)
-  const value = useRef(props.value)
-  value.current = props.value
+  const value = useLatest(props.value)
   useEffect(() => {
     const instance = editor.current
     if (!instance || instance.getValue() === value.current) return
     applying.current = value.current
     instance.setValue(value.current)
     applying.current = null
-  }, [props.revision, props.path])
+  }, [props.revision, props.path, value])
 
   useEffect(() => {
     monaco.editor.setTheme(props.theme === 'dark' ? 'vs-dark' : 'vs')

@@ -33,44 +33,48 @@ export function SearchPanel({ agentId, onClose }: { agentId?: string; onClose: (
   const [query, setQuery] = useState('')
   const [results, setResults] = useState<Task[] | null>(null)
   const [error, setError] = useState('')
-  const [busy, setBusy] = useState(false)
+  // the search (agent and words) the results or the error answer: busy until it is this one
+  const [answered, setAnswered] = useState<string | null>(null)
   const request = useRef(0)
   const latest = useLatest({ deleted: state.deleted, t })
+  const q = query.trim()
+  const search = q ? JSON.stringify([agentId ?? null, q]) : null
+  const busy = search !== null && answered !== search
 
   useEffect(() => {
-    const q = query.trim()
     const id = ++request.current
-    if (!q) {
-      setResults(null)
-      setBusy(false)
-      return
-    }
-    setBusy(true)
+    if (search === null) return
     const timer = setTimeout(() => {
       api.tasks({ agentId, q, limit: 50 }).then(
         (found) => {
           if (request.current !== id) return
           setResults(found.filter((task) => !latest.current.deleted[task.id]))
           setError('')
-          setBusy(false)
+          setAnswered(search)
         },
         (failure) => {
           if (request.current !== id) return
           setError(errorText(latest.current.t, failure))
-          setBusy(false)
+          setAnswered(search)
         },
       )
     }, 250)
     return () => clearTimeout(timer)
-  }, [query, agentId, latest])
+  }, [search, q, agentId, latest])
 
+  const edit = (value: string) => {
+    setQuery(value)
+    if (!value.trim()) {
+      setResults(null) // no words: no results (an answer still on its way is dropped by the effect)
+      setAnswered(null)
+    }
+  }
   const agentName = (id: string) => state.agents.find((agent) => agent.id === id)?.name ?? id
-  const q = query.trim()
   return (
     <section className="search" data-testid="search-panel">
       <div className="search-box">
         <SearchIcon />
-        <input type="search" autoFocus value={query} onChange={(event) => setQuery(event.target.value)}
+        <input type="search" autoFocus value={query} onChange={(event) => edit(event.target.value)}
           placeholder={agentId ? t('searchPlaceholder') : t('searchAllPlaceholder')} aria-label={t('search')}
           data-testid="search-input" enterKeyHint="search"
           onKeyDown={(event) => event.key === 'Escape' && onClose()} />

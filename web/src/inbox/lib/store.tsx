@@ -70,7 +70,7 @@ interface InboxContextValue {
 const InboxContext = createContext<InboxContextValue | null>(null)
 
 export function InboxProvider({ children, events = true }: { children: ReactNode; events?: boolean }) {
-  const persisted = useMemo(loadPersisted, [])
+  const persisted = useMemo(() => loadPersisted(), [])
   const store = useMemo(() => createStore(reducer, initialState(persisted.lang ?? defaultLang())), [persisted])
   const { dispatch } = store
   // the pages show most of the state: every change re-renders them
