@@ -9,20 +9,9 @@ import { ApprovalCard } from './ApprovalCard'
 import type { ApprovalCardProps, CardTranslate } from './ApprovalCard'
 import type { CardState, Decision, PendingQuestion, PendingTool } from './pending'
 
-const TOOL: PendingTool = {
-  kind: 'tool',
-  approval_id: 'ap1',
-  tool: 'terminal',
-  args: { command: 'echo hi' },
-  input: 'echo hi',
-  allowed_decisions: ['approve', 'edit', 'reject'],
-}
-const QUESTION: PendingQuestion = {
-  kind: 'question',
-  approval_id: 'q1',
-  question: 'Which colour?',
-  allowed_decisions: ['answer', 'reject'],
-}
+const ARGS = { command: 'echo hi' }
+const TOOL: PendingTool = { kind: 'tool', approval_id: 'ap1', tool: 'terminal', args: ARGS, input: ARGS.command, allowed_decisions: ['approve', 'edit', 'reject'] }
+const QUESTION: PendingQuestion = { kind: 'question', approval_id: 'q1', question: 'Which colour?', allowed_decisions: ['answer', 'reject'] }
 const PENDING: CardState = { status: 'pending' }
 const inboxT: CardTranslate = (key, vars) => inboxText('en', key, vars)
 const inboxZh: CardTranslate = (key, vars) => inboxText('zh', key, vars)
