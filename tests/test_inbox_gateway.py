@@ -18,7 +18,7 @@ import pytest
 from clawlet.config import Settings
 from clawlet.home import init_home
 from clawlet.inbox.backends import GatewayBackend, task_session_name
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer, assert_error, free_port
 from tests.inbox_support import SseClient, wait_until
 from tests.support.gateway_schema import SchemaUnavailable, load_protocol_schema
 
@@ -118,6 +118,9 @@ def test_a_task_streams_through_the_gateway_and_completes(
         assert len(deltas) >= 2 and all(b.startswith(a) for a, b in itertools.pairwise(deltas))
         reply = client.get(f"/tasks/{task['id']}/messages").json()[-1]
         assert reply["senderType"] == "agent"
+        # an OpenClaw gateway's runs never wait for the inbox: no decision (an edit neither) applies
+        edit = {"decision": "edit", "args": {"command": "ls"}}
+        assert_error(client.post(f"/tasks/{task['id']}/approvals/a1", json=edit), 404, "approval_not_found")
         # the reply is exactly what the gateway's agent said, in a session of its own
     gateway = harness.gateway
     stored = gateway_transcript(gateway, task["id"])

@@ -169,7 +169,7 @@ def test_approve_runs_the_tool_exactly_once(server: LiveServer, settings: Settin
         [item] = waiting["waitingFor"]
         assert item["kind"] == "tool" and item["tool"] == "terminal"
         assert item["args"] == {"command": COMMAND} and item["input"] == COMMAND
-        assert item["allowedDecisions"] == ["approve", "reject"]
+        assert item["allowedDecisions"] == ["approve", "edit", "reject"]
         assert item["callId"] and item["description"]
         question = messages(client, task_id)[-1]
         assert question["senderType"] == "agent"
@@ -215,6 +215,27 @@ def test_reject_with_a_reason_tells_the_agent_and_nothing_runs(
         assert final[2] == {**final[2], "senderType": "user", "content": "🚫 Rejected: not on my machine"}
         assert "not on my machine" in final[3]["content"] and "reported an error" in final[3]["content"]
     assert not (settings.paths.workspace / "rejected.txt").exists()
+
+
+def test_edit_runs_the_tool_with_the_edited_arguments(server: LiveServer, settings: Settings) -> None:
+    set_policies(server, {"terminal": "ask"})
+    workspace = settings.paths.workspace
+    with api(server) as client:
+        waiting = waiting_task(client, "run: echo original > workspace/edited.txt")
+        task_id, approval = waiting["id"], waiting["waitingFor"][0]["approvalId"]
+        edited = "echo changed > workspace/edited.txt"
+        decided = decide(client, task_id, approval, decision="edit", args={"command": edited})
+        assert decided.status_code == 200 and decided.json() == {"ok": True}
+        wait_status(client, task_id, "completed")
+        final = messages(client, task_id)
+        assert final[2]["senderType"] == "user"
+        assert final[2]["content"] == f"✏️ Approved with edited input\n\n```\n{edited}\n```"
+        assert final[3]["content"].startswith("[demo] `terminal` returned:")
+        again = decide(client, task_id, approval, decision="approve")
+        assert assert_error(again, 409, "approval_decided")["details"]["decision"] == "edit"
+    assert (workspace / "edited.txt").read_text(encoding="utf-8") == "changed\n"
+    stored = transcript(settings.paths.sessions, task_id)
+    assert stored[1]["tool_calls"][0]["input"] == edited
 
 
 def test_a_plain_message_to_a_tool_approval_rejects_it_and_never_starts_a_second_run(
@@ -307,6 +328,13 @@ def test_decisions_are_checked_before_anything_is_saved(server: LiveServer) -> N
         )
         assert_error(
             decide(client, question_id, question_approval, decision="answer", message="  "),
+            422,
+            "invalid_request",  # the workbench's rules (api.decision_request), the same errors
+        )
+        bad_args = decide(client, tool_id, tool_approval, decision="edit", args={"cmd": "x"})
+        assert "command" in assert_error(bad_args, 422, "invalid_decision")["message"]
+        assert_error(
+            decide(client, question_id, question_approval, decision="edit", args={"question": "x"}),
             422,
             "invalid_decision",
         )

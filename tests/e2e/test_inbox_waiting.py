@@ -1,16 +1,18 @@
 """Waiting tasks in the mobile inbox (issue 9), in a real browser at a phone's size (390×844, touch)
 against a real ``clawlet serve`` with the demo model: a task whose agent asks a question
 (``ask: …``) lands in "Needs reply", is opened and answered, and completes; a tool call waiting for
-approval (``terminal`` set to ``ask``) is approved from the phone and runs exactly once; in Chinese
-one is rejected with a reason and never runs. No console errors.
+approval (``terminal`` set to ``ask``) is approved from the phone and runs exactly once, another is
+edited and runs with the edited arguments; in Chinese one is rejected with a reason and never runs.
+No console errors.
 
 Screenshots: ``inbox-waiting.png`` (the approval card), ``inbox-waiting-list.png``,
-``inbox-waiting-question.png``, ``inbox-waiting-zh.png``.
+``inbox-waiting-question.png``, ``inbox-waiting-edit.png``, ``inbox-waiting-zh.png``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,19 @@ def set_terminal_policy(server: Server, policy: str) -> None:
 
 def lines_of(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+@contextmanager
+def waiting_task(server: Server, command: str) -> Iterator[str]:
+    """With ``terminal`` set to ``ask``: a task running ``command``, waiting for its approval (the
+    policy is back to ``allow`` afterwards); its id."""
+    set_terminal_policy(server, "ask")
+    try:
+        task = create_task(server, f"run: {command}")
+        wait_status(server, task["id"], "waiting")
+        yield str(task["id"])
+    finally:
+        set_terminal_policy(server, "allow")
 
 
 def header_badge(page: Page) -> Any:
@@ -100,16 +115,13 @@ def test_a_question_goes_to_needs_reply_and_the_answer_completes_it(
 
 
 def test_a_tool_call_is_approved_from_the_phone_and_runs_once(mobile_page: Page, server: Server) -> None:
-    set_terminal_policy(server, "ask")
     side = server.home / "workspace" / "phone.txt"
-    try:
-        command = "echo from-the-phone >> workspace/phone.txt && wc -l < workspace/phone.txt"
-        task = create_task(server, f"run: {command}")
-        wait_status(server, task["id"], "waiting")
+    command = "echo from-the-phone >> workspace/phone.txt && wc -l < workspace/phone.txt"
+    with waiting_task(server, command) as task_id:
         assert not side.exists(), "the command ran before it was approved"
 
         page = mobile_page
-        page.goto(f"{server.url}/inbox/agents/main/tasks/{task['id']}")
+        page.goto(f"{server.url}/inbox/agents/main/tasks/{task_id}")
         card = page.get_by_test_id("approval-card")
         expect(card).to_be_visible()
         expect(card.get_by_test_id("approval-title")).to_have_text("Allow terminal to run?")
@@ -134,20 +146,46 @@ def test_a_tool_call_is_approved_from_the_phone_and_runs_once(mobile_page: Page,
         expect(reply).to_contain_text("returned")
         expect(reply.locator("pre code")).to_have_text("1")
         assert lines_of(side) == ["from-the-phone"]  # exactly once
-    finally:
-        set_terminal_policy(server, "allow")
+
+
+def test_a_tool_call_is_edited_from_the_phone_and_runs_with_the_edited_arguments(
+    mobile_page: Page, server: Server
+) -> None:
+    side = server.home / "workspace" / "edited-phone.txt"
+    with waiting_task(server, "echo original >> workspace/edited-phone.txt") as task_id:
+        page = mobile_page
+        page.goto(f"{server.url}/inbox/agents/main/tasks/{task_id}")
+        card = page.get_by_test_id("approval-card")
+        card.get_by_test_id("edit-button").tap()
+        editor = card.get_by_test_id("args-editor")
+        expect(editor).to_have_value('{\n  "command": "echo original >> workspace/edited-phone.txt"\n}')
+        editor.fill('{"command": ')
+        expect(card.get_by_test_id("args-error")).to_contain_text("Not valid JSON")
+        expect(card.get_by_test_id("edit-submit")).to_be_disabled()
+        edited = "echo edited >> workspace/edited-phone.txt"
+        editor.fill(f'{{"command": "{edited}"}}')
+        expect(card.get_by_test_id("args-error")).to_have_count(0)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        screenshot(page, "inbox-waiting-edit")
+        assert not side.exists(), "the command ran before it was approved"
+
+        card.get_by_test_id("edit-submit").tap()
+        expect(header_badge(page)).to_have_attribute("data-status", "completed", timeout=LIVE)
+        expect(page.get_by_test_id("approval-card")).to_have_count(0)
+        said = page.get_by_test_id("user-bubble").nth(1).get_by_test_id("bubble-text")
+        expect(said).to_contain_text("✏️ Approved with edited input")
+        expect(said).to_contain_text(edited)  # the user's text as typed, not Markdown
+        expect(page.get_by_test_id("agent-bubble").nth(1)).to_contain_text("returned")
+        assert lines_of(side) == ["edited"]  # the edited command, once; the original never ran
 
 
 def test_rejected_in_chinese_with_a_reason_it_never_runs(
     new_mobile_page: Callable[..., Page], server: Server
 ) -> None:
-    set_terminal_policy(server, "ask")
     side = server.home / "workspace" / "rejected.txt"
-    try:
-        task = create_task(server, "run: echo no > workspace/rejected.txt")
-        wait_status(server, task["id"], "waiting")
+    with waiting_task(server, "echo no > workspace/rejected.txt") as task_id:
         page = new_mobile_page(locale="zh-CN")
-        page.goto(f"{server.url}/inbox/agents/main/tasks/{task['id']}")
+        page.goto(f"{server.url}/inbox/agents/main/tasks/{task_id}")
         card = page.get_by_test_id("approval-card")
         expect(card.get_by_test_id("approval-title")).to_have_text("允许运行 terminal 吗？")
         expect(header_badge(page)).to_have_text("需回复")
@@ -164,5 +202,3 @@ def test_rejected_in_chinese_with_a_reason_it_never_runs(
         )
         expect(page.get_by_test_id("agent-bubble").nth(1)).to_contain_text("不要在我的电脑上运行")
         assert not side.exists()
-    finally:
-        set_terminal_policy(server, "allow")

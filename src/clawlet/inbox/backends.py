@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from clawlet.engine.context import RunContext
-from clawlet.engine.tool_approvals import Decision
+from clawlet.engine.tool_approvals import Decision, InvalidDecision
 from clawlet.event_stream import EventStream
 from clawlet.events import (
     ApprovalRequested,
@@ -44,6 +44,7 @@ from clawlet.events import (
 from clawlet.gateway.protocol import GatewayError, session_key
 from clawlet.inbox.models import Task
 from clawlet.inbox.reconcile import reply_after
+from clawlet.inbox.waiting import InvalidInboxDecision
 from clawlet.runtime.manager import Run, SessionWaiting
 from clawlet.runtime.session_errors import SESSION_ERRORS, session_error
 
@@ -104,6 +105,11 @@ class ExecutionBackend(Protocol):
         self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
     ) -> Outcome:
         """Continue the task's paused run with the user's decision and wait for the reply."""
+        ...
+
+    async def check_decision(self, task: Task, approval_id: str, decision: Decision) -> Decision:
+        """``decision`` checked against what it answers, as :meth:`resume` will check it (raises
+        :class:`~clawlet.inbox.waiting.InvalidInboxDecision`); nothing is decided."""
         ...
 
     def waiting_for(self, task: Task) -> list[Pending]:
@@ -242,6 +248,15 @@ class LocalBackend:
         except SESSION_ERRORS as exc:
             return refused(exc, task, approval_id)
         return await self._watch(task, run, on_text)
+
+    async def check_decision(self, task: Task, approval_id: str, decision: Decision) -> Decision:
+        sessions = self._services(task.agent_id).sessions
+        try:
+            return await sessions.check_decision(task_session_name(task.id), approval_id, decision)
+        except InvalidDecision as exc:
+            raise InvalidInboxDecision(str(exc)) from exc
+        except SESSION_ERRORS:
+            return decision  # refused again by resume, which fails the task saying why
 
     async def _watch(self, task: Task, run: Run, on_text: ProgressCallback) -> Outcome:
         """Follow the run to its end (the run is closed when this returns, so the session takes
@@ -437,6 +452,9 @@ class GatewayBackend:
         self, task: Task, approval_id: str, decision: Decision, on_text: ProgressCallback
     ) -> Outcome:
         return Outcome("error", "", "tasks on an OpenClaw gateway never wait, so there is nothing to resume")
+
+    async def check_decision(self, task: Task, approval_id: str, decision: Decision) -> Decision:
+        raise InvalidInboxDecision("tasks on an OpenClaw gateway never wait, so there is nothing to decide")
 
     def waiting_for(self, task: Task) -> list[Pending]:
         return []  # the gateway's runs never pause for the inbox

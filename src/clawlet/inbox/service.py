@@ -28,12 +28,11 @@ from clawlet.inbox.states import InvalidTransition, TaskStatus
 from clawlet.inbox.waiting import (
     ApprovalAlreadyDecided,
     ApprovalNotPending,
-    InboxDecision,
     InvalidInboxDecision,
     approval_ids,
-    check,
     decision_message,
     reply_decision,
+    trimmed,
 )
 from clawlet.services import Workspaces
 
@@ -189,14 +188,13 @@ class InboxService:
         self.executor.start(task_id, content, message.id, from_pending=False)
         return message
 
-    async def decide(
-        self, task_id: str, approval_id: str, decision: InboxDecision, message: str | None = None
-    ) -> Message:
-        """Decide one thing a waiting task waits for (``approve`` / ``reject`` a tool call,
-        ``answer`` / ``reject`` a question) and continue its run (``waiting → running``). The
+    async def decide(self, task_id: str, approval_id: str, decision: Decision) -> Message:
+        """Decide one thing a waiting task waits for (``approve`` / ``edit`` / ``reject`` a tool
+        call, ``answer`` / ``reject`` a question) and continue its run (``waiting → running``). The
         decision is saved as the user's message. Checked before anything is saved: the task is not
         busy (:class:`TaskBusy`), it waits for ``approval_id`` (:class:`ApprovalNotPending`,
-        :class:`ApprovalAlreadyDecided`), the decision fits (:class:`InvalidInboxDecision`)."""
+        :class:`ApprovalAlreadyDecided`), the decision fits, edited arguments included, as the
+        runtime checks it (:class:`InvalidInboxDecision`)."""
         task = await self.get_task(task_id)
         self._refuse_busy(task)
         pending = await self.executor.waiting_for(task)
@@ -206,7 +204,7 @@ class InboxService:
             if decided:
                 raise ApprovalAlreadyDecided(task_id, approval_id, decided)
             raise ApprovalNotPending(task_id, approval_id)
-        checked = check(item, decision, message)
+        checked = await self.executor.backend.check_decision(task, approval_id, trimmed(decision))
         return await self._resume(task_id, decision_message(checked), approval_id, checked, pending)
 
     async def _resume(

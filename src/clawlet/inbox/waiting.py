@@ -7,8 +7,8 @@ agent asks the user a question (``ask_user``); the task then moves to ``waiting`
 - the question becomes the agent's message in the task (:func:`waiting_message`): for a tool, which
   tool and what it would run, phrased as a question; for a question, the question itself;
 - the Task JSON carries ``waitingFor`` (:func:`pending_json`): each pending item with its
-  ``approvalId``, ``callId`` and ``kind`` (``tool`` or ``question``), so a client can offer
-  Approve / Reject or an answer box;
+  ``approvalId``, ``callId``, ``kind`` (``tool`` or ``question``) and ``allowedDecisions``, so a
+  client can offer Approve / Edit / Reject or an answer box;
 - a decision (``POST /api/v1/tasks/{id}/approvals/{approvalId}``) or a plain follow-up message
   (:func:`reply_decision`) resumes the paused turn (``waiting → running``); the user's side of it is
   saved as the user's message (:func:`decision_message`).
@@ -21,20 +21,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from clawlet.engine.tool_approvals import Decision, pending_to_json
-from clawlet.events import ApprovalRequested, Pending, QuestionAsked
-
-InboxDecision = Literal["approve", "reject", "answer"]
-
-TOOL_DECISIONS: tuple[InboxDecision, ...] = ("approve", "reject")
-"""What the inbox offers for a tool call (the workbench can also edit the arguments)."""
-QUESTION_DECISIONS: tuple[InboxDecision, ...] = ("answer", "reject")
+from clawlet.events import ApprovalRequested, Pending, QuestionAsked, render_tool_input
 
 APPROVED_TEXT = "✅ Approved"
+EDITED_TEXT = "✏️ Approved with edited input"
 REJECTED_TEXT = "🚫 Rejected"
-REPLY_HINT = "Approve or reject it; a written reply rejects it and passes your words on."
+REPLY_HINT = "Approve, edit or reject it; a written reply rejects it and passes your words on."
 
 
 class ApprovalNotPending(LookupError):
@@ -57,20 +53,14 @@ class ApprovalAlreadyDecided(Exception):
 
 
 class InvalidInboxDecision(ValueError):
-    """A decision that does not fit what it answers (approve a question, an empty answer, ...)."""
-
-
-def allowed_decisions(item: Pending) -> tuple[InboxDecision, ...]:
-    return QUESTION_DECISIONS if isinstance(item, QuestionAsked) else TOOL_DECISIONS
+    """A decision that does not fit what it answers (approve a question, bad edited arguments, ...)."""
 
 
 def pending_json(item: Pending) -> dict[str, Any]:
     """One item of a task's ``waitingFor``: the one JSON shape of a pending item
     (:func:`~clawlet.engine.tool_approvals.pending_to_json`) in camelCase, like the rest of the inbox
-    API, with the decisions the inbox offers."""
-    data = {_camel(key): value for key, value in pending_to_json(item).items()}
-    data["allowedDecisions"] = list(allowed_decisions(item))
-    return data
+    API; its ``allowedDecisions`` are the runtime's, which the inbox takes all of."""
+    return {_camel(key): value for key, value in pending_to_json(item).items()}
 
 
 def _camel(key: str) -> str:
@@ -102,21 +92,9 @@ def waiting_message(text: str, items: Sequence[Pending]) -> str:
     return "\n\n".join(parts)
 
 
-def check(item: Pending, decision: InboxDecision, message: str | None) -> Decision:
-    """The runtime decision for the inbox's ``decision`` on ``item``; raises
-    :class:`InvalidInboxDecision` (nothing is saved or decided then)."""
-    allowed = allowed_decisions(item)
-    if decision not in allowed:
-        what = "a question" if isinstance(item, QuestionAsked) else "a tool approval"
-        raise InvalidInboxDecision(
-            f"decision {decision!r} does not fit {what} (allowed: {', '.join(allowed)})"
-        )
-    text = (message or "").strip()
-    if decision == "answer" and not text:
-        raise InvalidInboxDecision("an answer needs a non-empty message")
-    if decision == "approve":
-        return Decision("approve")
-    return Decision(decision, message=text or None)
+def trimmed(decision: Decision) -> Decision:
+    """``decision`` with its message (an answer, a reason) stripped of surrounding blanks."""
+    return replace(decision, message=(decision.message or "").strip() or None)
 
 
 def reply_decision(item: Pending, content: str) -> Decision:
@@ -128,12 +106,15 @@ def reply_decision(item: Pending, content: str) -> Decision:
 
 
 def decision_message(decision: Decision) -> str:
-    """The user's message a decision leaves in the task: the answer itself, ``✅ Approved``, or
-    ``🚫 Rejected`` (with the reason after a colon)."""
+    """The user's message a decision leaves in the task: the answer itself, ``✅ Approved``,
+    ``✏️ Approved with edited input`` (and the input the tool runs with), or ``🚫 Rejected`` (with
+    the reason after a colon)."""
     if decision.type == "answer":
         return decision.message or ""
     if decision.type == "approve":
         return APPROVED_TEXT
+    if decision.type == "edit":
+        return f"{EDITED_TEXT}\n\n{_fenced(render_tool_input(decision.args or {}))}"
     return f"{REJECTED_TEXT}: {decision.message}" if decision.message else REJECTED_TEXT
 
 

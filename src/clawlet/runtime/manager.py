@@ -457,6 +457,30 @@ class SessionManager:
             self._register(run)
         return run
 
+    async def check_decision(self, session_id: str, approval_id: str, decision: Decision) -> Decision:
+        """``decision`` checked exactly as :meth:`resume` checks it (the same refusals), deciding
+        nothing: for a surface that saves something of its own before it resumes (the inbox)."""
+        return (await self._checked(session_id, approval_id, decision))[-1]
+
+    async def _checked(
+        self, session_id: str, approval_id: str, decision: Decision
+    ) -> tuple[RuntimeAdapter, list[Pending], Pending, PausedTurn, Decision]:
+        """What deciding ``approval_id`` continues (the adapter, everything the session waits for,
+        the item, the paused turn) and ``decision`` checked against the item."""
+        record = await asyncio.to_thread(self.approvals.load, session_id)
+        decided = record.decision_of(approval_id)
+        if decided is not None:
+            raise ApprovalDecided(approval_id, decided)
+        waiting = record.waiting_for()
+        item = next((found for found in waiting if found.approval_id == approval_id), None)
+        paused = record.pending
+        if item is None or paused is None:
+            raise ApprovalNotFound(approval_id)
+        adapter = await self._adapter(session_id, RunConfig(runtime_type=paused.runtime_type))
+        if not adapter.supports_approvals:
+            raise RuntimeFailure(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
+        return adapter, waiting, item, paused, adapter.check_decision(item, decision)
+
     async def resume(self, session_id: str, approval_id: str, decision: Decision) -> Run:
         """Decide one pending approval or question and continue the paused turn in a new run.
 
@@ -466,19 +490,7 @@ class SessionManager:
         pending and the continuation ends with ``RunWaiting`` again. Claimed at once like
         :meth:`start_turn`: a second decision (or a turn) meanwhile is refused."""
         with self._claim(session_id, starting=True):
-            record = await asyncio.to_thread(self.approvals.load, session_id)
-            decided = record.decision_of(approval_id)
-            if decided is not None:
-                raise ApprovalDecided(approval_id, decided)
-            waiting = record.waiting_for()
-            item = next((found for found in waiting if found.approval_id == approval_id), None)
-            paused = record.pending
-            if item is None or paused is None:
-                raise ApprovalNotFound(approval_id)
-            adapter = await self._adapter(session_id, RunConfig(runtime_type=paused.runtime_type))
-            if not adapter.supports_approvals:
-                raise RuntimeFailure(f"the {paused.runtime_type!r} runtime cannot continue a paused turn")
-            decision = adapter.check_decision(item, decision)
+            adapter, waiting, item, paused, decision = await self._checked(session_id, approval_id, decision)
             recorder = SegmentRecorder(self.store, session_id)
             await asyncio.to_thread(recorder.reopen, waiting, item, decision)
             await asyncio.to_thread(self.approvals.mark_decided, session_id, approval_id, decision.type)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { parseChatEvent } from './api'
-import { parseArgs } from './approvals'
+import { parseArgs } from '../shared/pending'
 import { SSEParser } from './sse'
 import type { SSEMessage } from './sse'
 import { historyToMessages, renderToolInput } from './chat'

@@ -1,5 +1,5 @@
 // Shapes of the clawlet /api payloads and the workbench's chat model.
-import type { DecisionType, PendingItem, PendingQuestion, PendingTool } from '../shared/pending'
+import type { CardState, Decision, PendingItem, PendingQuestion, PendingTool } from '../shared/pending'
 
 export interface SessionSummary {
   id: string
@@ -105,11 +105,7 @@ export interface SessionApprovals {
 }
 
 /** The body of POST /api/sessions/{id}/approvals/{approval_id} (without `stream`). */
-export interface Decision {
-  decision: DecisionType
-  args?: Record<string, unknown>
-  message?: string
-}
+export type { Decision }
 
 /** One SSE event of POST /api/chat, as the server sends it. */
 export type ChatEvent =
@@ -138,14 +134,9 @@ export interface ToolCallView {
   awaiting?: boolean
 }
 
-/** An approval or question card in an assistant bubble. `pending` until decided; `sending` while
- * the decision is posted; `decided` (read-only, showing `decision`) once the server took it;
- * `cancelled` when the paused turn was dropped; `gone` when the server no longer knows it. */
-export interface ApprovalCard {
+/** An approval or question card in an assistant bubble (its states: {@link CardState}). */
+export interface ApprovalCard extends CardState {
   item: PendingItem
-  status: 'pending' | 'sending' | 'decided' | 'cancelled' | 'gone'
-  decision?: Decision
-  error?: string
 }
 
 export interface ChatMessage {

@@ -5,16 +5,18 @@ Response shapes follow the seed exactly: a list is a plain ``Task[]`` (each also
 ``lastMessage`` preview, and a ``match`` snippet when searching with ``q``); sending a message
 answers ``{"ok": true}`` (the agent's reply arrives later over SSE). A ``waiting`` task also carries
 ``waitingFor`` (see :mod:`clawlet.inbox.waiting`); ``POST /tasks/{id}/approvals/{approvalId}``
-decides one item and answers ``{"ok": true}`` too.
+decides one item (:class:`~clawlet.api.decision_request.DecisionBody`, as the workbench's) and
+answers ``{"ok": true}`` too.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from clawlet.api.decision_request import DecisionBody
 from clawlet.api.deps import InboxDep
 from clawlet.errors import ApiError
 from clawlet.inbox.repository import MAX_LIST_LIMIT
@@ -45,16 +47,6 @@ class SendMessage(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
 
     _content = field_validator("content")(_not_blank)
-
-
-class DecideRequest(BaseModel):
-    """A decision on one pending item: ``approve`` / ``reject`` a tool call, ``answer`` / ``reject``
-    a question; ``message`` is the answer, or the reason given with a rejection."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    decision: Literal["approve", "reject", "answer"]
-    message: str | None = Field(default=None, max_length=MAX_CONTENT_CHARS)
 
 
 class UpdateTask(BaseModel):
@@ -137,8 +129,8 @@ async def send_message(task_id: str, body: SendMessage, inbox: InboxDep) -> dict
 
 
 @router.post("/tasks/{task_id}/approvals/{approval_id}")
-async def decide(task_id: str, approval_id: str, body: DecideRequest, inbox: InboxDep) -> dict[str, bool]:
+async def decide(task_id: str, approval_id: str, body: DecisionBody, inbox: InboxDep) -> dict[str, bool]:
     """Decide one item of the task's ``waitingFor``; the run continues (``waiting → running``) and
     its reply arrives over SSE, like a message's."""
-    await inbox.decide(task_id, approval_id, body.decision, body.message)
+    await inbox.decide(task_id, approval_id, body.to_decision())
     return {"ok": True}

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 
+from clawlet.api.decision_request import DecisionBody
 from clawlet.api.deps import ServicesDep
 from clawlet.api.event_stream import KEEPALIVE_SECONDS
 from clawlet.api.sse_response import SseResponse
 from clawlet.api.workbench.stream import WorkbenchStream
 from clawlet.engine.context import RunContext
-from clawlet.engine.tool_approvals import Decision, pending_to_json
+from clawlet.engine.tool_approvals import pending_to_json
 from clawlet.errors import ApiError
 from clawlet.events import RunCancelled, RunFailed, RunWaiting
 from clawlet.runtime.manager import (
@@ -51,28 +52,11 @@ class ChatRequest(BaseModel):
         return value
 
 
-class DecisionRequest(BaseModel):
-    """``approve``; ``edit`` with ``args`` (the tool's arguments to run with); ``reject`` with an
-    optional ``message`` for the model; ``answer`` (a question) with the answer as ``message``."""
+class DecisionRequest(DecisionBody):
+    """A decision (:class:`~clawlet.api.decision_request.DecisionBody`); ``stream``: answer with the
+    continuation's SSE stream (else its JSON)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    decision: Literal["approve", "edit", "reject", "answer"]
-    args: dict[str, Any] | None = None
-    message: str | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
     stream: bool = True
-
-    @model_validator(mode="after")
-    def _fits(self) -> DecisionRequest:
-        if self.decision == "edit" and self.args is None:
-            raise ValueError("an edit needs args (the tool's new arguments)")
-        if self.decision != "edit" and self.args is not None:
-            raise ValueError("args are only for an edit")
-        if self.decision == "answer" and not (self.message or "").strip():
-            raise ValueError("an answer needs a non-empty message")
-        if self.decision in ("approve", "edit") and self.message is not None:
-            raise ValueError("a message is only for a reject or an answer")
-        return self
 
 
 async def _collect(run: Run) -> dict[str, Any]:
@@ -138,9 +122,8 @@ async def decide_approval(
 ) -> SseResponse | dict[str, Any]:
     """Decide one pending approval or question; the continuation streams like ``/api/chat``."""
     _known_session(services, session_id)
-    decision = Decision(body.decision, body.args, body.message)
     try:
-        run = await services.sessions.resume(session_id, approval_id, decision)
+        run = await services.sessions.resume(session_id, approval_id, body.to_decision())
     except SESSION_ERRORS as exc:
         raise session_error(exc, session_id, approval_id) from exc
     if not body.stream:

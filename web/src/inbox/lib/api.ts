@@ -84,9 +84,9 @@ export const api = {
   deleteTask: (id: string) => request<void>('DELETE', `/tasks/${enc(id)}`),
   messages: (id: string) => request<Message[]>('GET', `/tasks/${enc(id)}/messages`),
   sendMessage: (id: string, content: string) => request<{ ok: boolean }>('POST', `/tasks/${enc(id)}/messages`, { content }),
-  /** Decide what a waiting task waits for: approve / reject a tool call, answer / reject a question. */
-  decide: (id: string, approvalId: string, decision: Decision, message?: string) =>
-    request<{ ok: boolean }>('POST', `/tasks/${enc(id)}/approvals/${enc(approvalId)}`, message ? { decision, message } : { decision }),
+  /** Decide what a waiting task waits for: approve / edit / reject a tool call, answer / reject a question. */
+  decide: (id: string, approvalId: string, decision: Decision) =>
+    request<{ ok: boolean }>('POST', `/tasks/${enc(id)}/approvals/${enc(approvalId)}`, decision),
 }
 
 /** The agent id rule, the same as the server's. */

@@ -48,7 +48,7 @@ export interface InboxActions {
   sendMessage(taskId: string, content: string): Promise<void>
   /** Decide what a waiting task waits for; an answer shows at once as the user's message.
    * Resolves false (and says why) when the server refused it. */
-  decide(taskId: string, item: Pending, decision: Decision, message?: string): Promise<boolean>
+  decide(taskId: string, item: Pending, decision: Decision): Promise<boolean>
   retryMessage(message: ClientMessage): Promise<void>
   renameTask(taskId: string, title: string): Promise<void>
   cancelTask(taskId: string): Promise<void>
@@ -188,14 +188,15 @@ export function InboxProvider({ children, events = true }: { children: ReactNode
         return task
       },
       sendMessage: send,
-      decide: async (taskId: string, item: Pending, decision: Decision, message?: string) => {
-        // an answer is saved verbatim as the user's message, so it can show at once; approve and
-        // reject are saved as "✅ Approved" / "🚫 Rejected: …" and arrive from the server
-        const shown = decision === 'answer' && message ? optimisticMessage(taskId, message) : null
+      decide: async (taskId: string, item: Pending, decision: Decision) => {
+        // an answer is saved verbatim as the user's message, so it can show at once; approve, edit
+        // and reject are saved as "✅ Approved" / "✏️ …" / "🚫 Rejected: …" and arrive from the server
+        const { message } = decision
+        const shown = decision.decision === 'answer' && message ? optimisticMessage(taskId, message) : null
         if (shown) dispatch({ type: 'ADD_MESSAGE', message: shown })
         let ok = true
         try {
-          await api.decide(taskId, item.approvalId, decision, message)
+          await api.decide(taskId, item.approvalId, decision)
         } catch (error) {
           if (shown) dispatch({ type: 'REMOVE_MESSAGE', taskId, id: shown.id })
           fail(error)

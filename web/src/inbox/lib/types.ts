@@ -1,5 +1,5 @@
 // The inbox API's shapes (clawlet /api/v1, the Agent Inbox seed's camelCase JSON).
-import type { CamelCased, DecisionType, PendingItem, PendingQuestion, PendingTool } from '../../shared/pending'
+import type { CamelCased, Decision, PendingItem, PendingQuestion, PendingTool } from '../../shared/pending'
 
 export type TaskStatus = 'pending' | 'running' | 'completed' | 'failed' | 'waiting' | 'cancelled'
 export type SenderType = 'user' | 'agent'
@@ -34,8 +34,8 @@ export type ToolApproval = CamelCased<PendingTool>
 /** A question the agent asked the user (the ask_user tool). */
 export type AgentQuestion = CamelCased<PendingQuestion>
 export type Pending = CamelCased<PendingItem>
-/** What the inbox decides (it does not edit a call's arguments). */
-export type Decision = Exclude<DecisionType, 'edit'>
+/** A decision on one pending item, as /api/v1 takes it (the workbench's shape). */
+export type { Decision }
 
 export interface Task {
   id: string

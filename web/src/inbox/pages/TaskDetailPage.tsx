@@ -2,7 +2,7 @@
 // place (Enter saves, Esc cancels); the user's messages appear at once (optimistic) and are
 // replaced by the server's copies; the reply streams in as it is written. Polls every 3 s (§8.4).
 // A waiting task ("Needs reply") shows its question as the agent's last message; the footer then
-// answers it: a text answer for a question, Approve / Reject buttons for a tool call.
+// answers it: a text answer for a question, the approval card (Approve / Edit / Reject) for a tool call.
 import { useEffect, useLayoutEffect, useRef, useState } from 'react'
 import type { KeyboardEvent } from 'react'
 import { Link, useParams } from 'react-router-dom'
@@ -74,7 +74,7 @@ export function TaskDetailPage() {
     setDraft('')
     if (waitingFor?.kind === 'question') {
       // the answer to the agent's question (kept in the box if the server refuses it)
-      void actions.decide(taskId, waitingFor, 'answer', content).then((ok) => {
+      void actions.decide(taskId, waitingFor, { decision: 'answer', message: content }).then((ok) => {
         if (!ok) setDraft((current) => current || content)
       })
       return
