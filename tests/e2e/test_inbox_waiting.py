@@ -1,12 +1,14 @@
 """Waiting tasks in the mobile inbox (issue 9), in a real browser at a phone's size (390×844, touch)
 against a real ``clawlet serve`` with the demo model: a task whose agent asks a question
-(``ask: …``) lands in "Needs reply", is opened and answered, and completes; a tool call waiting for
+(``ask: …``) lands in "Needs reply", is opened and answered in the reply box, and completes;
+another is answered on its question card, another declined there (in Chinese); a tool call waiting for
 approval (``terminal`` set to ``ask``) is approved from the phone and runs exactly once, another is
 edited and runs with the edited arguments; in Chinese one is rejected with a reason and never runs.
 No console errors.
 
 Screenshots: ``inbox-waiting.png`` (the approval card), ``inbox-waiting-list.png``,
-``inbox-waiting-question.png``, ``inbox-waiting-edit.png``, ``inbox-waiting-zh.png``.
+``inbox-waiting-question.png``, ``inbox-question-card.png``, ``inbox-waiting-edit.png``,
+``inbox-waiting-zh.png``.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def test_a_question_goes_to_needs_reply_and_the_answer_completes_it(
     question = page.get_by_test_id("agent-bubble")
     expect(question).to_have_count(1)
     expect(question).to_contain_text("❓ Which city should I book the hotel in?")
-    expect(page.get_by_test_id("question-note")).to_have_text("The agent is waiting for your answer")
+    card = page.get_by_test_id("question-card")
+    expect(card.get_by_test_id("question-text")).to_have_text("Which city should I book the hotel in?")
     answer = page.get_by_test_id("reply")
     expect(answer).to_have_attribute("placeholder", "Type your answer… (Enter to send)")
     expect(page.get_by_test_id("approval-card")).to_have_count(0)
@@ -102,7 +105,7 @@ def test_a_question_goes_to_needs_reply_and_the_answer_completes_it(
         "[demo] You answered: Hangzhou, near the West Lake"
     )
     expect(users).to_have_count(2)  # the answer shows once (its optimistic copy was replaced)
-    expect(page.get_by_test_id("question-note")).to_have_count(0)
+    expect(page.get_by_test_id("question-card")).to_have_count(0)
     expect(page.get_by_test_id("reply")).to_have_attribute(
         "placeholder", "Continue the conversation… (Enter to send, Shift+Enter for a new line)"
     )
@@ -112,6 +115,52 @@ def test_a_question_goes_to_needs_reply_and_the_answer_completes_it(
     expect(page.get_by_test_id("task-item").first).to_have_attribute("data-status", "completed")
     page.get_by_test_id("filter-waiting").click()
     expect(page.get_by_test_id("tasks-empty")).to_have_text("No tasks here.")
+
+
+def open_question(page: Page, server: Server, question: str) -> Any:
+    """A task whose agent asks ``question``, opened on the phone; its question card."""
+    task = create_task(server, f"ask: {question}")
+    wait_status(server, task["id"], "waiting")
+    page.goto(f"{server.url}/inbox/agents/main/tasks/{task['id']}")
+    card = page.get_by_test_id("question-card")
+    expect(card.get_by_test_id("question-text")).to_have_text(question)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    return card
+
+
+def test_a_question_is_answered_on_its_card_and_the_run_continues_with_the_answer(
+    mobile_page: Page, server: Server
+) -> None:
+    page = mobile_page
+    card = open_question(page, server, "Which airport?")
+    expect(card).to_contain_text("The agent asks you")
+    expect(card.get_by_test_id("answer-submit")).to_be_disabled()  # not with nothing typed
+    card.get_by_test_id("answer-input").fill("Pudong")
+    screenshot(page, "inbox-question-card")
+    card.get_by_test_id("answer-submit").tap()
+    expect(header_badge(page)).to_have_attribute("data-status", "completed", timeout=LIVE)
+    expect(page.get_by_test_id("question-card")).to_have_count(0)
+    users = page.get_by_test_id("user-bubble")
+    expect(users).to_have_count(2)
+    expect(users.nth(1).get_by_test_id("bubble-text")).to_have_text("Pudong")
+    expect(page.get_by_test_id("agent-bubble").nth(1).get_by_test_id("bubble-text")).to_have_text(
+        "[demo] You answered: Pudong"
+    )
+
+
+def test_a_question_is_declined_on_its_card_in_chinese(
+    new_mobile_page: Callable[..., Page], server: Server
+) -> None:
+    page = new_mobile_page(locale="zh-CN")
+    card = open_question(page, server, "Which hotel?")
+    expect(card).to_contain_text("智能体向你提问")
+    card.get_by_test_id("decline-button").tap()
+    expect(header_badge(page)).to_have_text("已完成", timeout=LIVE)
+    expect(page.get_by_test_id("question-card")).to_have_count(0)
+    expect(page.get_by_test_id("user-bubble").nth(1).get_by_test_id("bubble-text")).to_have_text(
+        "🚫 Rejected"
+    )
+    expect(page.get_by_test_id("agent-bubble")).to_have_count(2)
 
 
 def test_a_tool_call_is_approved_from_the_phone_and_runs_once(mobile_page: Page, server: Server) -> None:

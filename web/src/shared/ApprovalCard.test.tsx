@@ -1,11 +1,10 @@
 // The shared approval / question card, rendered with each UI's own dictionary: it offers exactly the
 // item's allowed decisions, and each button hands `decide` the decision as both APIs take it.
-import { act, create } from 'react-test-renderer'
-import type { ReactTestInstance, ReactTestRenderer } from 'react-test-renderer'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { translate as inboxText } from '../inbox/lib/i18n'
 import { translate as workbenchText } from '../lib/i18n'
 import { ApprovalCard } from './ApprovalCard'
+import { rendered } from './rendered'
 import type { ApprovalCardProps, CardTranslate } from './ApprovalCard'
 import type { CardState, Decision, PendingQuestion, PendingTool } from './pending'
 
@@ -19,27 +18,10 @@ const workbenchT: CardTranslate = (key, vars) => workbenchText('en', key, vars)
 
 function render(props: Partial<ApprovalCardProps> & Pick<ApprovalCardProps, 'item'>) {
   const decided: Decision[] = []
-  let tree: ReactTestRenderer | undefined
-  act(() => {
-    tree = create(
-      <ApprovalCard state={PENDING} busy={false} t={workbenchT} decide={(decision) => decided.push(decision)} {...props} />,
-    )
-  })
-  const all = (id: string): ReactTestInstance[] =>
-    tree!.root.findAll((node) => typeof node.type === 'string' && node.props['data-testid'] === id)
-  const one = (id: string): ReactTestInstance => {
-    const found = all(id)
-    expect(found, id).toHaveLength(1)
-    return found[0]
-  }
-  const text = (id: string): string => textOf(one(id))
-  const click = (id: string) => act(() => one(id).props.onClick())
-  const type = (id: string, value: string) => act(() => one(id).props.onChange({ target: { value } }))
-  return { decided, all, one, text, click, type }
-}
-
-function textOf(node: ReactTestInstance | string): string {
-  return typeof node === 'string' ? node : node.children.map(textOf).join('')
+  const card = rendered(
+    <ApprovalCard state={PENDING} busy={false} t={workbenchT} decide={(decision) => decided.push(decision)} {...props} />,
+  )
+  return { decided, ...card }
 }
 
 beforeEach(() => {

@@ -66,6 +66,3 @@ export const InboxIcon = () => <Svg size={20}><path d="M4 13h4l2 3h4l2-3h4M5 5h1
 export const LockIcon = ({ size = 18 }: Sized) => (
   <Svg size={size}><rect x="5" y="11" width="14" height="10" rx="2" /><path d="M8 11V7a4 4 0 018 0v4" /></Svg>
 )
-export const AskIcon = ({ size = 16 }: Sized) => (
-  <Svg size={size}><circle cx="12" cy="12" r="9" /><path d="M9.5 9.5a2.5 2.5 0 014.8 1c0 1.7-2.3 2-2.3 3.5M12 17h.01" /></Svg>
-)

@@ -1,17 +1,18 @@
-// A tool call waiting for the user's approval, in the task detail's footer: the shared card
-// (shared/ApprovalCard, footer layout) wired to the inbox store. Which tool and what it would run,
-// Reject (with an optional reason) / Approve, and Edit (run it with other arguments) where the item
-// allows it. Buttons only: typing alone never approves (nothing runs until Approve is tapped).
+// What a waiting task waits for, in the task detail's footer: the shared card (shared/ApprovalCard)
+// wired to the inbox store. A tool call: which tool and what it would run, Reject (with an optional
+// reason) / Approve, and Edit (run it with other arguments) where the item allows it. The agent's
+// question: the question, an answer box, Answer / Decline as the item allows. Buttons only: typing
+// alone never approves (nothing runs until Approve is tapped).
 import { useState } from 'react'
 import { ApprovalCard as Card } from '../../shared/ApprovalCard'
 import type { Decision } from '../../shared/pending'
 import { snakeCased } from '../../shared/pending'
 import { useInbox } from '../lib/store'
-import type { ToolApproval } from '../lib/types'
+import type { Pending } from '../lib/types'
 
 interface Props {
   taskId: string
-  item: ToolApproval
+  item: Pending
 }
 
 export function ApprovalCard({ taskId, item }: Props) {
@@ -27,6 +28,7 @@ export function ApprovalCard({ taskId, item }: Props) {
 
   return (
     <Card item={snakeCased(item)} state={{ status: sending ? 'sending' : 'pending' }} busy={sending} t={t}
-      decide={(decision) => void decide(decision)} layout="footer" hint={t('approvalHint')} />
+      decide={(decision) => void decide(decision)} layout="footer"
+      hint={item.kind === 'tool' ? t('approvalHint') : undefined} />
   )
 }

@@ -2,14 +2,15 @@
 // place (Enter saves, Esc cancels); the user's messages appear at once (optimistic) and are
 // replaced by the server's copies; the reply streams in as it is written. Polls every 3 s (§8.4).
 // A waiting task ("Needs reply") shows its question as the agent's last message; the footer then
-// answers it: a text answer for a question, the approval card (Approve / Edit / Reject) for a tool call.
+// answers it on the shared card: Approve / Edit / Reject for a tool call; for the agent's question
+// an answer box with Answer / Decline, and the reply box below it answers the question too.
 import { useEffect, useLayoutEffect, useRef, useState } from 'react'
 import type { KeyboardEvent } from 'react'
 import { Link, useParams } from 'react-router-dom'
 import { AppBar } from '../components/AppBar'
 import { ApprovalCard } from '../components/ApprovalCard'
 import { Composer } from '../components/Composer'
-import { AskIcon, FilledStopIcon } from '../../shared/Icons'
+import { FilledStopIcon } from '../../shared/Icons'
 import { MessageBubble, TypingBubble } from '../components/MessageBubble'
 import { TaskStatusBadge } from '../components/TaskStatusBadge'
 import { ApiError } from '../../shared/api'
@@ -106,9 +107,7 @@ export function TaskDetailPage() {
           <ApprovalCard key={waitingFor.approvalId} taskId={taskId} item={waitingFor} />
         ) : (
           <>
-          {waitingFor?.kind === 'question' && (
-            <p className="question-note" data-testid="question-note"><AskIcon /><span>{t('questionWaiting')}</span></p>
-          )}
+          {waitingFor?.kind === 'question' && <ApprovalCard key={waitingFor.approvalId} taskId={taskId} item={waitingFor} />}
           <Composer value={draft} onChange={setDraft} onSubmit={send} canSend={!!task && !busy}
             placeholder={busy ? t('busyPlaceholder') : waitingFor ? t('answerPlaceholder') : t('replyPlaceholder')}
             sendLabel={t('send')} testId="reply"
