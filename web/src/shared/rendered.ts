@@ -1,5 +1,6 @@
 // For the vitest tests: render an element with react-test-renderer and reach its parts by
-// `data-testid` (all / exactly one / its text), tap (`click`) and type into them (`type`).
+// `data-testid` (all / exactly one / its text), tap (`click`) and type into them (`type`); `unmount`
+// ends it (its effects' timers too).
 import type { ReactElement } from 'react'
 import { act, create } from 'react-test-renderer'
 import type { ReactTestInstance, ReactTestRenderer } from 'react-test-renderer'
@@ -27,5 +28,6 @@ export function rendered(element: ReactElement) {
     text: (id: string): string => textOf(one(id)),
     click: (id: string) => act(() => one(id).props.onClick()),
     type: (id: string, value: string) => act(() => one(id).props.onChange({ target: { value } })),
+    unmount: () => act(() => tree!.unmount()),
   }
 }
