@@ -107,3 +107,30 @@ async def test_cancelling_a_waiting_turn_cancels_its_runtime_and_keeps_the_text(
     assert events[-1] == RunCancelled("s1", "Working on it")
     assert runtime.cancels == 1
     assert manager.store.load("s1")["messages"][-1]["content"] == "Working on it"
+
+
+async def test_the_first_event_goes_out_before_what_piled_up_while_the_message_was_written(
+    settings: Settings,
+) -> None:
+    """The answer waits for the user's message to be on disk; what the runtime sent meanwhile comes
+    at once after it, and the watchers get the first event before the turn publishes the rest."""
+    manager, _ = manager_with(settings, lambda message: [TextDelta(f"w{n} ") for n in range(50)])
+    run = await manager.start_turn("s1", "hello", title=False)
+    published_at_first = None
+    async for event in run.events():
+        if isinstance(event, TextDelta):
+            published_at_first = sum(isinstance(each, TextDelta) for each in run.log)
+            break
+    events = await finished(run)
+    assert published_at_first == 1
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(f"w{n} " for n in range(50))
+
+
+async def test_the_runtime_is_given_the_write_of_the_user_message(settings: Settings) -> None:
+    """An in-process runtime gets the write going on (its model step holds its first text until
+    it ends: clawlet.engine.token_release); a resumed turn writes no user message."""
+    manager, runtime = manager_with(settings, lambda message: [TextDelta("ok")])
+    await finished(await manager.start_turn("s1", "hello", title=False))
+    (message,) = runtime.messages
+    assert message.written is not None and message.written.done()
+    assert manager.store.load("s1")["messages"][0]["content"] == "hello"

@@ -3,14 +3,18 @@ once: the model step lets each chunk out before it parses the next (clawlet.engi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
 from collections.abc import Iterator
+from uuid import uuid4
 
 import pytest
 
 from clawlet.config import Settings
+from clawlet.engine import token_release
+from clawlet.engine.token_release import TokenRelease
 from clawlet.events import TextDelta
 from clawlet.services import build_services
 
@@ -94,3 +98,59 @@ async def test_the_first_chunk_of_a_burst_goes_out_before_the_rest_is_parsed(bur
     assert run.answer.text == "".join(f"w{n} " for n in range(CHUNKS))
     assert published_at_first is not None
     assert published_at_first < CHUNKS // 2  # not the whole burst first (before: all 200)
+
+
+async def test_the_model_step_lets_the_watchers_run_once_after_the_first_text_is_passed_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first text is published while the model step waits in a release it started before; the
+    watchers it wakes run only in the step's next release, which must come at once, not after
+    the burst interval (monkeypatched huge here, so only that one release can let them run)."""
+    monkeypatch.setattr(token_release, "RELEASE_INTERVAL", 1e9)
+    release = TokenRelease()
+    call = uuid4()
+    loop = asyncio.get_running_loop()
+    ran: list[str] = []
+
+    await release.on_llm_new_token("first", run_id=call)  # eager: a release per chunk
+    loop.call_soon(ran.append, "watcher")  # woken when the turn published the first text
+    release.passed_on()
+    await release.on_llm_new_token("second", run_id=call)
+    assert ran == ["watcher"]
+
+    loop.call_soon(ran.append, "later")
+    await release.on_llm_new_token("third", run_id=call)  # now one release per interval
+    assert ran == ["watcher"]
+    await asyncio.sleep(0)
+    assert ran == ["watcher", "later"]
+
+    next_call = uuid4()
+    await release.on_llm_new_token("next call", run_id=next_call)  # a new model call: eager again
+    loop.call_soon(ran.append, "again")
+    await release.on_llm_new_token("more", run_id=next_call)
+    assert ran[-1] == "again"
+
+
+async def test_the_first_text_waits_until_the_user_message_is_written() -> None:
+    """While the turn's user message is still being written (a worker thread), the model step holds
+    its first text instead of parsing the rest of the answer (which would keep the GIL from the
+    writer); a failed write is the turn's to report, not the model step's."""
+    loop = asyncio.get_running_loop()
+    written: asyncio.Future[None] = loop.create_future()
+    release = TokenRelease(written)
+    step = asyncio.create_task(release.on_llm_new_token("first", run_id=uuid4()))
+    for _ in range(100):  # loop turns, not time: nothing else holds the step
+        await asyncio.sleep(0)
+    assert not step.done()
+    written.set_result(None)
+    await asyncio.wait_for(step, 60)
+
+    failed: asyncio.Future[None] = loop.create_future()
+    release = TokenRelease(failed)
+    step = asyncio.create_task(release.on_llm_new_token("first", run_id=uuid4()))
+    await asyncio.sleep(0)
+    failed.set_exception(OSError("disk full"))
+    await asyncio.wait_for(step, 60)  # does not raise
+    assert isinstance(failed.exception(), OSError)
+
+    await asyncio.wait_for(TokenRelease(None).on_llm_new_token("first", run_id=uuid4()), 60)

@@ -12,6 +12,15 @@ after each chunk until a model call's first text has been passed on, so it goes 
 then every millisecond of a burst (not after every chunk: each release runs the whole relay once,
 about as much CPU as parsing a chunk). When chunks trickle in (a model generating them) the read
 suspends anyway.
+
+**The user's message first.** Nothing of the answer goes out before the turn's user message is on
+disk (:meth:`clawlet.runtime.manager.SessionManager.start_turn` writes it on a worker thread while
+the model call starts). Parsing the rest of a burst while that write is still going on is worse
+than useless: the write's ~50 system calls each let the GIL go, and each time the worker thread
+gets it back only after the busy loop thread has run a switch interval more (5 ms), so a write of
+~1 ms took as long as parsing the whole burst (~25 ms for 200 chunks) and the first token waited
+for it. So the model step holds its first text until that write has ended (``written``): the loop
+is idle meanwhile and the write runs at disk speed.
 """
 
 from __future__ import annotations
@@ -35,6 +44,10 @@ class TokenRelease(AsyncCallbackHandler):
     every chunk (the text goes through several tasks on its way out: LangGraph's stream, the turn
     waiting for the user's message to be on disk, each watcher; each needs a turn of the loop);
     after that at most every :data:`RELEASE_INTERVAL` while chunks keep coming without a pause.
+    The text is passed on (published to the turn's watchers) while the model step waits in a
+    release it started before; that release ends with the watchers still waiting for the loop, so
+    one more release follows, started after the text was passed on, before the interval applies
+    (without it the first token waited up to the interval: ~1 ms of parsing the burst).
     Every other callback event is ignored, so LangChain does not dispatch it here."""
 
     run_inline = True
@@ -45,16 +58,22 @@ class TokenRelease(AsyncCallbackHandler):
     ignore_retry = True
     ignore_custom_event = True
 
-    def __init__(self) -> None:
+    def __init__(self, written: asyncio.Future[None] | None = None) -> None:
+        self.written = written
+        """The write of the turn's user message, which the first text waits for (see the module
+        docstring); its outcome is the turn's to handle."""
         self.text_of: UUID | None = None
         """The model call whose first text was seen."""
         self.eager = False
         """Whether that text is still on its way out (every chunk is released)."""
         self.released = -RELEASE_INTERVAL
+        self.passed = False
+        """Whether the text was passed on: the next release is the last eager one."""
 
     def passed_on(self) -> None:
-        """The turn has passed a text on: back to a release per :data:`RELEASE_INTERVAL`."""
-        self.eager = False
+        """The turn has passed a text on: after one more release (which lets its watchers run),
+        back to a release per :data:`RELEASE_INTERVAL`."""
+        self.passed = self.eager
 
     async def on_llm_new_token(
         self,
@@ -69,7 +88,14 @@ class TokenRelease(AsyncCallbackHandler):
         if token and run_id != self.text_of:  # a model call's first text
             self.text_of = run_id
             self.eager = True
+            self.passed = False
+            written, self.written = self.written, None
+            if written is not None and not written.done():
+                await asyncio.wait([written])  # never raises: a failed write fails the turn there
         loop = asyncio.get_running_loop()
         if self.eager or loop.time() - self.released >= RELEASE_INTERVAL:
+            last_eager = self.passed  # decided before the release: it starts after the pass
             await asyncio.sleep(0)
             self.released = loop.time()
+            if last_eager:
+                self.eager = self.passed = False

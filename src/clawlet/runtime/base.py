@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -26,13 +27,15 @@ class UserMessage:
 
     ``pause`` is where a turn that may wait for the user keeps its state (given by the manager to
     runtimes with ``supports_approvals``); ``resume`` continues the turn paused there instead of
-    starting one (``text`` and ``history`` are then unused)."""
+    starting one (``text`` and ``history`` are then unused). ``written`` is the write of the
+    message going on meanwhile in this process (a worker thread; not sent to other processes)."""
 
     text: str
     history: list[dict[str, str]] = field(default_factory=list)
     context: RunContext = DEFAULT_CONTEXT
     pause: PausePoint | None = None
     resume: Resume | None = None
+    written: asyncio.Future[None] | None = field(default=None, compare=False, repr=False)
 
 
 class RuntimeFailure(Exception):

@@ -113,7 +113,9 @@ class EngineAdapter(EngineTurns):
         self.engine = engine
 
     def turn_events(self, data: UserMessage) -> AsyncGenerator[Event, None]:
-        return self.engine.stream(data.text, data.history, data.context, pause=data.pause, resume=data.resume)
+        return self.engine.stream(
+            data.text, data.history, data.context, pause=data.pause, resume=data.resume, written=data.written
+        )
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
         return self.engine.check_decision(pending, decision)

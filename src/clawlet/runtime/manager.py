@@ -447,7 +447,7 @@ class SessionManager:
                 self._drive(
                     run,
                     adapter,
-                    UserMessage(text, history, context, pause=pause),
+                    UserMessage(text, history, context, pause=pause, written=saved),
                     SegmentRecorder(self.store, session_id),
                     paused,
                     saved,
@@ -536,6 +536,7 @@ class SessionManager:
                     if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
                         waiting = event
                         break
+                    waited = saved is not None
                     if saved is not None:  # nothing of the answer goes out before the message is on disk
                         await self._user_message_saved(saved)
                         saved = None
@@ -543,6 +544,10 @@ class SessionManager:
                         await asyncio.to_thread(recorder.flush)
                     recorder.observe(event)
                     await run.publish(event)
+                    if waited:
+                        # What the runtime sent while the message was being written is queued and
+                        # comes without a pause: the watchers send the first event before it.
+                        await asyncio.sleep(0)
             await self._user_message_saved(saved)
             await asyncio.to_thread(recorder.flush)
             if waiting is not None and message.pause is not None:
