@@ -31,6 +31,7 @@ from clawlet.home import init_home
 from clawlet.serving import uvicorn_options
 from tests.support.ast_parse_lock import serialise_ast_parse
 from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+from tests.support.slow_programs import STARTED, check_slow_programs, note_slow_programs
 
 #: httpx's module-level helpers (``httpx.get``, ``httpx.post``, ...) give up after 5 s by default,
 #: and the tests call them ~230 times against live servers in this process, which on a machine at
@@ -42,6 +43,21 @@ for _helper in ("get", "post", "put", "patch", "delete", "head", "options", "req
     getattr(_function, "__wrapped__", _function).__kwdefaults__["timeout"] = TEST_HTTP_TIMEOUT
 
 serialise_ast_parse()  # threads may render tracebacks while pytest renders one (CPython gh-106905)
+note_slow_programs()  # a test that starts `clawlet serve`, a browser, Redis... must be marked slow
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    STARTED.clear()  # what the previous test started is not this one's
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    result = yield  # the fixtures torn down first
+    check_slow_programs(item)
+    return result
+
 
 PROVIDER_ENV = (
     "DEEPSEEK_API_KEY",
