@@ -268,6 +268,7 @@ async def test_handshake_sends_init_with_that_users_keys(
     assert "ticket=***" in caplog.text  # uvicorn's access line, masked
 
 
+@pytest.mark.slow
 async def test_queued_usage_is_forgotten_only_after_the_control_plane_stored_it(
     cp: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,6 +353,7 @@ async def test_unknown_and_disabled_users_are_refused(cp: Harness) -> None:
     assert refused.value.code == ERR_FORBIDDEN and "disabled" in refused.value.message
 
 
+@pytest.mark.slow
 async def test_no_auth_frame_or_a_wrong_first_frame_is_refused(cp: Harness) -> None:
     cp.user(ALICE)
     silent = await connect(connect_url(cp.config.ws_url, ALICE))
@@ -478,6 +480,7 @@ async def test_memory_search_is_per_user_and_works_in_chinese(cp: Harness) -> No
     assert invalid.value.code == "invalid_params"
 
 
+@pytest.mark.slow
 async def test_mcp_call_runs_that_users_servers_only(cp: Harness) -> None:
     alice, bob = cp.user(ALICE), cp.user(BOB)
     a, b = cp.client(alice), cp.client(bob)
@@ -761,6 +764,7 @@ async def test_a_lagging_subscriber_continues_from_the_event_log(tmp_path: Path)
 # -- resume -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_request_pending_during_a_drop_resolves_exactly_once(cp: Harness) -> None:
     alice = cp.user(ALICE)
     gates: dict[int, asyncio.Event] = {1: asyncio.Event(), 2: asyncio.Event()}

@@ -217,6 +217,7 @@ def test_reject_with_a_reason_tells_the_agent_and_nothing_runs(
     assert not (settings.paths.workspace / "rejected.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_plain_message_to_a_tool_approval_rejects_it_and_never_starts_a_second_run(
     live_server: Callable[..., LiveServer], settings: Settings
 ) -> None:
@@ -264,6 +265,7 @@ def test_the_policy_decides_at_the_inbox_surface(server: LiveServer, settings: S
         assert not side.exists()
 
 
+@pytest.mark.slow
 def test_an_agents_own_workspace_policy_applies_to_its_tasks(server: LiveServer, settings: Settings) -> None:
     with api(server) as client:
         assert client.post("/agents", json={"id": "ops", "name": "Ops"}).status_code == 201
@@ -352,6 +354,7 @@ def test_cancel_or_delete_drops_what_a_task_waits_for(server: LiveServer, settin
 # -- restarts ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_waiting_tasks_waiting_and_resumable(
     live_server: Callable[..., LiveServer], settings: Settings
 ) -> None:

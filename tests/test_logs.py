@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from clawlet.logs import JsonFormatter, LogRing, redact, request_id_var
 from tests.conftest import free_port
@@ -38,6 +39,7 @@ def test_formatter_writes_json_with_request_id_and_extras() -> None:
     assert "abc" not in payload["path"]
 
 
+@pytest.mark.slow
 def test_server_logs_json_lines_with_request_ids_and_auth_failures(tmp_path: Path) -> None:
     port = free_port()
     log_file = tmp_path / "server.log"
