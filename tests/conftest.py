@@ -53,7 +53,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     result = yield  # the fixtures torn down first
     check_slow_programs(item)
     return result
