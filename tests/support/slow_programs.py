@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Sequence
+from itertools import takewhile
 from typing import Any
 
 import pytest
@@ -38,9 +39,15 @@ SLOW_PROGRAMS = frozenset(
 )
 
 
+#: Interpreters whose first argument names the program (a script) that runs.
+INTERPRETERS = ("python", "node", "sh", "bash", "env")
+
+
 def slow_program(args: Any) -> str | None:
     """The slow program the command line ``args`` (as :class:`subprocess.Popen` takes it) starts,
-    or ``None``: a listed executable or script, ``python -m clawlet...``, or Playwright's driver."""
+    or ``None``: a listed executable, or a listed script an interpreter runs, ``python -m
+    clawlet...``, or Playwright's driver. Only the program's place counts, not its arguments (a
+    sandbox's ``--bind .../clawlet`` is not a clawlet process)."""
     words: Sequence[Any]
     if isinstance(args, str):
         words = args.split()  # a command for the shell: its words are enough to find the program
@@ -49,14 +56,20 @@ def slow_program(args: Any) -> str | None:
     else:
         words = args
     texts = [os.fsdecode(word) for word in words]
-    for index, text in enumerate(texts):
-        name = os.path.basename(text)
-        if name in SLOW_PROGRAMS:
-            return name
-        if "playwright" in text:  # its driver, which starts the browser
+    if not texts:
+        return None
+    programs = texts[:1]
+    if os.path.basename(texts[0]).startswith(INTERPRETERS):
+        options = list(takewhile(lambda text: text.startswith("-"), texts[1:]))  # python -u -m clawlet
+        after = texts[len(options) + 1 : len(options) + 2]
+        if options[-1:] == ["-m"] and after and after[0].partition(".")[0] == "clawlet":
+            return f"python -m {after[0]}"
+        programs += texts[1:2]
+    for program in programs:
+        if os.path.basename(program) in SLOW_PROGRAMS:
+            return os.path.basename(program)
+        if "playwright" in program:  # its driver, which starts the browser
             return "playwright"
-        if text == "-m" and index + 1 < len(texts) and texts[index + 1].partition(".")[0] == "clawlet":
-            return f"python -m {texts[index + 1]}"
     return None
 
 
