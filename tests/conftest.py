@@ -36,11 +36,15 @@ from tests.support.slow_programs import STARTED, check_slow_programs, note_slow_
 #: httpx's module-level helpers (``httpx.get``, ``httpx.post``, ...) give up after 5 s by default,
 #: and the tests call them ~230 times against live servers in this process, which on a machine at
 #: load 10 may take longer to answer one request. clawlet's own code never calls them (it passes
-#: its own timeouts to its clients), so here they get a generous default instead.
+#: its own timeouts to its clients), so here they get a generous default instead. Each call also
+#: builds a client, and with it a TLS context loading every CA certificate (~15% of the fast set's
+#: time in the main thread, for requests to http://127.0.0.1): they share one, built the same way.
 TEST_HTTP_TIMEOUT = 60.0
+TEST_TLS_CONTEXT = httpx.create_ssl_context()
 for _helper in ("get", "post", "put", "patch", "delete", "head", "options", "request", "stream"):
     _function = getattr(httpx, _helper)
-    getattr(_function, "__wrapped__", _function).__kwdefaults__["timeout"] = TEST_HTTP_TIMEOUT
+    _defaults = getattr(_function, "__wrapped__", _function).__kwdefaults__
+    _defaults.update(timeout=TEST_HTTP_TIMEOUT, verify=TEST_TLS_CONTEXT)
 
 serialise_ast_parse()  # threads may render tracebacks while pytest renders one (CPython gh-106905)
 note_slow_programs()  # a test that starts `clawlet serve`, a browser, Redis... must be marked slow
