@@ -29,6 +29,7 @@ from clawlet.api.app import create_app
 from clawlet.config import Settings
 from clawlet.home import init_home
 from clawlet.serving import uvicorn_options
+from clawlet.testing.prompt_server import PromptServer
 from tests.support.ast_parse_lock import serialise_ast_parse
 from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
 from tests.support.slow_programs import STARTED, check_slow_programs, note_slow_programs
@@ -129,7 +130,7 @@ class LiveServer:
             timeout_graceful_shutdown=3,
             **uvicorn_options(),  # what `clawlet serve` runs with
         )
-        self.server = uvicorn.Server(config)
+        self.server = PromptServer(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

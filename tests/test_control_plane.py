@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -81,6 +80,7 @@ from clawlet.execplane.offline import USAGE_QUEUE_FILE, DiskQueue
 from clawlet.execplane.skill_cache import SkillPackageCache, parse_package
 from clawlet.inbox.db import VERSION_TABLE as INBOX_VERSION_TABLE
 from clawlet.inbox.db import migrate as migrate_inbox
+from clawlet.testing.prompt_server import PromptServer
 from tests.conftest import free_port
 from tests.support.postgres import BACKENDS, fresh_schema_url
 
@@ -149,7 +149,7 @@ class Harness:
         self.plane = ControlPlane(self.config, broker=broker)
         self.app = create_control_plane_app(plane=self.plane)
         # log_config=None: uvicorn's records reach caplog (and the ticket filter is what masks them)
-        self.server = uvicorn.Server(
+        self.server = PromptServer(
             server_config(self.app, port=self.port, log_level="info", log_config=None, lifespan="on")
         )
         self.clients: list[ControlPlaneClient] = []
