@@ -29,19 +29,40 @@ from clawlet.api.app import create_app
 from clawlet.config import Settings
 from clawlet.home import init_home
 from clawlet.serving import uvicorn_options
+from clawlet.testing.prompt_server import PromptServer
 from tests.support.ast_parse_lock import serialise_ast_parse
 from tests.support.gateway_schema import ProtocolSchema, SchemaUnavailable, load_protocol_schema
+from tests.support.slow_programs import STARTED, check_slow_programs, note_slow_programs
 
 #: httpx's module-level helpers (``httpx.get``, ``httpx.post``, ...) give up after 5 s by default,
 #: and the tests call them ~230 times against live servers in this process, which on a machine at
 #: load 10 may take longer to answer one request. clawlet's own code never calls them (it passes
-#: its own timeouts to its clients), so here they get a generous default instead.
+#: its own timeouts to its clients), so here they get a generous default instead. Each call also
+#: builds a client, and with it a TLS context loading every CA certificate (~15% of the fast set's
+#: time in the main thread, for requests to http://127.0.0.1): they share one, built the same way.
 TEST_HTTP_TIMEOUT = 60.0
+TEST_TLS_CONTEXT = httpx.create_ssl_context()
 for _helper in ("get", "post", "put", "patch", "delete", "head", "options", "request", "stream"):
     _function = getattr(httpx, _helper)
-    getattr(_function, "__wrapped__", _function).__kwdefaults__["timeout"] = TEST_HTTP_TIMEOUT
+    _defaults = getattr(_function, "__wrapped__", _function).__kwdefaults__
+    _defaults.update(timeout=TEST_HTTP_TIMEOUT, verify=TEST_TLS_CONTEXT)
 
 serialise_ast_parse()  # threads may render tracebacks while pytest renders one (CPython gh-106905)
+note_slow_programs()  # a test that starts `clawlet serve`, a browser, Redis... must be marked slow
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    STARTED.clear()  # what the previous test started is not this one's
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    result = yield  # the fixtures torn down first
+    check_slow_programs(item)
+    return result
+
 
 PROVIDER_ENV = (
     "DEEPSEEK_API_KEY",
@@ -109,7 +130,7 @@ class LiveServer:
             timeout_graceful_shutdown=3,
             **uvicorn_options(),  # what `clawlet serve` runs with
         )
-        self.server = uvicorn.Server(config)
+        self.server = PromptServer(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

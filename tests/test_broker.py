@@ -79,7 +79,7 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
 MakeBroker = Callable[..., Awaitable[PresenceBroker]]
 
 
-@pytest.fixture(params=["local", "redis"])
+@pytest.fixture(params=["local", pytest.param("redis", marks=pytest.mark.slow)])  # Redis: slow
 async def make_broker(request: pytest.FixtureRequest) -> AsyncIterator[MakeBroker]:
     """Starts brokers that see each other (one LocalHub, or one Redis server and prefix); all are
     closed afterwards."""
@@ -202,6 +202,7 @@ async def test_aclose_releases_what_the_instance_holds_and_ends_subscriptions(
     assert [await b.holder(user) for user in ("alice", "carol", "bob")] == [None, None, "instance-b"]
 
 
+@pytest.mark.slow
 async def test_refresh_keeps_a_record_alive_past_several_ttls(make_broker: MakeBroker) -> None:
     ttl = 1.5
     a = await make_broker(instance_id="instance-a", presence_ttl=ttl)
@@ -301,6 +302,7 @@ HOLDER_PROCESS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_presence_expires_after_the_holder_is_killed(redis_url: str, tmp_path: Path) -> None:
     prefix = f"test-{uuid.uuid4().hex[:8]}:"
     env = {**os.environ, "REDIS_URL": redis_url, "PREFIX": prefix, "PYTHONPATH": str(ROOT / "src")}
@@ -338,6 +340,7 @@ async def test_presence_expires_after_the_holder_is_killed(redis_url: str, tmp_p
         await observer.aclose()
 
 
+@pytest.mark.slow
 @requires_redis_server
 async def test_pubsub_and_presence_work_again_after_redis_restarts(
     own_redis: RedisServer, caplog: pytest.LogCaptureFixture
@@ -451,6 +454,7 @@ async def test_an_unreachable_server_fails_start_without_the_password(
     await broker.aclose()
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_bad_redis_url_at_startup(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

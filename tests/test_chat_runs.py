@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from clawlet.config import Settings
 from tests.conftest import LiveServer, host_processes_with, parent_pid, parse_sse
@@ -94,6 +95,7 @@ def test_cancel_a_running_turn(live_server: Callable[..., LiveServer], settings:
     assert [m["role"] for m in agent_view] == ["system", "user", "assistant", "user", "assistant"]
 
 
+@pytest.mark.slow
 def test_client_disconnect_does_not_lose_the_reply(server: LiveServer) -> None:
     message = "python: import time; time.sleep(1); print('finished-late')"
     with (

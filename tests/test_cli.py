@@ -41,6 +41,7 @@ EXPECTED_FILES = (
 )
 
 
+@pytest.mark.slow
 def test_init_creates_the_home_and_never_overwrites(clawlet_home: Path) -> None:
     first = clawlet("init", home=clawlet_home)
     assert first.returncode == 0, first.stderr
@@ -79,6 +80,7 @@ def test_init_with_the_home_flag(
     assert not clawlet_home.exists()
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_public_host_without_a_token(clawlet_home: Path) -> None:
     result = clawlet("serve", "--host", "0.0.0.0", "--port", "1", home=clawlet_home, timeout=30)
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -158,6 +160,7 @@ def test_interactive_chat_reads_stdin_until_exit(clawlet_home: Path) -> None:
     assert data["messages"][0]["content"] == "run: echo interactive"
 
 
+@pytest.mark.slow
 def test_version_and_usage(clawlet_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = clawlet("--version", home=clawlet_home)
     assert result.returncode == 0

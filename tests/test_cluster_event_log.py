@@ -403,6 +403,7 @@ async def test_events_arriving_while_the_log_is_read_are_neither_lost_nor_double
         await cp.stop()
 
 
+@pytest.mark.slow
 async def test_a_long_log_is_replayed_a_page_at_a_time(cp_harness: Harness) -> None:
     cp = cp_harness
     ws = await cp.raw_connect(ALICE, (alice := cp.user(ALICE)).token, alice.ticket)

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -81,6 +80,7 @@ from clawlet.execplane.offline import USAGE_QUEUE_FILE, DiskQueue
 from clawlet.execplane.skill_cache import SkillPackageCache, parse_package
 from clawlet.inbox.db import VERSION_TABLE as INBOX_VERSION_TABLE
 from clawlet.inbox.db import migrate as migrate_inbox
+from clawlet.testing.prompt_server import PromptServer
 from tests.conftest import free_port
 from tests.support.postgres import BACKENDS, fresh_schema_url
 
@@ -149,7 +149,7 @@ class Harness:
         self.plane = ControlPlane(self.config, broker=broker)
         self.app = create_control_plane_app(plane=self.plane)
         # log_config=None: uvicorn's records reach caplog (and the ticket filter is what masks them)
-        self.server = uvicorn.Server(
+        self.server = PromptServer(
             server_config(self.app, port=self.port, log_level="info", log_config=None, lifespan="on")
         )
         self.clients: list[ControlPlaneClient] = []
@@ -268,6 +268,7 @@ async def test_handshake_sends_init_with_that_users_keys(
     assert "ticket=***" in caplog.text  # uvicorn's access line, masked
 
 
+@pytest.mark.slow
 async def test_queued_usage_is_forgotten_only_after_the_control_plane_stored_it(
     cp: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,6 +353,7 @@ async def test_unknown_and_disabled_users_are_refused(cp: Harness) -> None:
     assert refused.value.code == ERR_FORBIDDEN and "disabled" in refused.value.message
 
 
+@pytest.mark.slow
 async def test_no_auth_frame_or_a_wrong_first_frame_is_refused(cp: Harness) -> None:
     cp.user(ALICE)
     silent = await connect(connect_url(cp.config.ws_url, ALICE))
@@ -478,6 +480,7 @@ async def test_memory_search_is_per_user_and_works_in_chinese(cp: Harness) -> No
     assert invalid.value.code == "invalid_params"
 
 
+@pytest.mark.slow
 async def test_mcp_call_runs_that_users_servers_only(cp: Harness) -> None:
     alice, bob = cp.user(ALICE), cp.user(BOB)
     a, b = cp.client(alice), cp.client(bob)
@@ -761,6 +764,7 @@ async def test_a_lagging_subscriber_continues_from_the_event_log(tmp_path: Path)
 # -- resume -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_request_pending_during_a_drop_resolves_exactly_once(cp: Harness) -> None:
     alice = cp.user(ALICE)
     gates: dict[int, asyncio.Event] = {1: asyncio.Event(), 2: asyncio.Event()}

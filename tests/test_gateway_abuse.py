@@ -197,6 +197,7 @@ async def open_client(server: LiveServer, schema: ProtocolSchema) -> Client:
     return client
 
 
+@pytest.mark.slow
 async def test_a_7mb_chat_send_is_refused_while_other_clients_are_served(
     server: LiveServer, schema: ProtocolSchema
 ) -> None:

@@ -562,6 +562,7 @@ async def test_disconnect_fails_pending_requests_and_chats(
     await until(lambda: client.connected and client.connects == 2, "the reconnect")
 
 
+@pytest.mark.slow
 async def test_watchdog_drops_a_silent_connection_and_reconnects(harness: Harness) -> None:
     # ticks 0.4 s apart: a loaded machine's scheduling delays stay well inside the 0.8 s watchdog
     async with ScriptedGateway(token=TOKEN, tick_interval_ms=400) as gw:

@@ -94,6 +94,7 @@ async def test_agent_answers_accepted_then_the_runs_result(
         assert unknown["ok"] is False and unknown["error"]["message"] == "agent run was not found"
 
 
+@pytest.mark.slow
 async def test_agent_past_its_timeout_is_aborted(
     live_server: Callable[..., LiveServer], settings: Settings, schema: ProtocolSchema
 ) -> None:

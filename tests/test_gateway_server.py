@@ -475,6 +475,7 @@ def test_an_encoded_event_is_the_frame_it_stands_for() -> None:
             assert size == protocol.frame_size(text)
 
 
+@pytest.mark.slow
 async def test_busy_session_is_unavailable_and_abort_keeps_partial_text(
     live_server: Callable[..., LiveServer], settings: Settings, schema: ProtocolSchema
 ) -> None:
@@ -510,6 +511,7 @@ async def test_busy_session_is_unavailable_and_abort_keeps_partial_text(
         assert (await client.run_events("slow-2"))[-1]["state"] == "final"
 
 
+@pytest.mark.slow
 async def test_tool_events_only_for_connections_with_the_cap(
     live_server: Callable[..., LiveServer], settings: Settings, schema: ProtocolSchema
 ) -> None:

@@ -269,6 +269,7 @@ async def test_compact_summarises_the_first_half(
         assert refused["ok"] is False and "maxLines" in refused["error"]["message"]
 
 
+@pytest.mark.slow
 async def test_reset_stops_a_running_turn_and_a_paused_one(
     live_server: Callable[..., LiveServer], settings: Settings, schema: ProtocolSchema
 ) -> None:

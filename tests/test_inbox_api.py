@@ -479,6 +479,7 @@ def test_agent_descriptions_are_kept_in_openclaw_json(server: LiveServer, settin
     assert written["agents"]["entries"]["travel"]["description"] == "订机票和酒店"
 
 
+@pytest.mark.slow
 def test_runs_are_limited_and_queued_tasks_wait_as_pending(
     live_server: Callable[..., LiveServer], settings: Settings
 ) -> None:

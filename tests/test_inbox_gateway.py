@@ -102,6 +102,7 @@ def status_of(client: httpx.Client, task_id: str) -> str:
     return str(client.get(f"/tasks/{task_id}").json()["status"])
 
 
+@pytest.mark.slow
 def test_a_task_streams_through_the_gateway_and_completes(
     harness: Harness,
 ) -> None:
@@ -172,6 +173,7 @@ def test_cancelling_a_running_task_aborts_the_gateway_run(
     check_schema(frames)
 
 
+@pytest.mark.slow
 def test_the_client_reconnects_after_the_gateway_restarts(
     harness: Harness,
 ) -> None:
@@ -224,6 +226,7 @@ def test_a_task_created_while_the_gateway_is_down_fails_within_the_run_timeout(
         assert run_task(client, "back?")[0] == "completed"
 
 
+@pytest.mark.slow
 def test_health_reports_the_gateway_connection(harness: Harness) -> None:
     with harness.api() as client:
         before = httpx.get(harness.inbox.url + "/health").json()["checks"]["inbox"]
@@ -239,6 +242,7 @@ def test_health_reports_the_gateway_connection(harness: Harness) -> None:
         assert down["checks"]["inbox"]["status"] == "degraded" and down["status"] == "degraded"
 
 
+@pytest.mark.slow
 def test_agents_from_openclaw_json_run_in_their_own_workspace_behind_the_gateway(harness: Harness) -> None:
     config = harness.inbox.settings.openclaw_config_file
     config.parent.mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,7 @@ async def test_an_empty_final_is_answered_from_the_transcript_once_the_other_run
     assert history_reads[-1]["params"]["sessionKey"] == task_session_key(TASK).lower()
 
 
+@pytest.mark.slow
 async def test_a_reply_never_written_fails_within_the_run_timeout(
     gateway: ScriptedGateway, client: GatewayClient
 ) -> None:

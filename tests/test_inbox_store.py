@@ -117,6 +117,7 @@ def test_sqlite_schema_matches_the_seed_with_wal_foreign_keys_and_migrations(db_
     engine.dispose()
 
 
+@pytest.mark.slow
 @requires_postgres
 def test_postgresql_schema_matches_the_seed_with_cascade_and_migrations(postgres_url: str) -> None:
     engine = create_db_engine(postgres_url)
@@ -198,6 +199,7 @@ def test_postgresql_schema_matches_the_seed_with_cascade_and_migrations(postgres
         engine.dispose()
 
 
+@pytest.mark.slow
 @requires_postgres
 def test_a_hosted_style_postgres_url_is_accepted(postgres_url: str) -> None:
     url = make_url(postgres_url)

@@ -238,6 +238,7 @@ def test_edit_runs_the_tool_with_the_edited_arguments(server: LiveServer, settin
     assert stored[1]["tool_calls"][0]["input"] == edited
 
 
+@pytest.mark.slow
 def test_a_plain_message_to_a_tool_approval_rejects_it_and_never_starts_a_second_run(
     live_server: Callable[..., LiveServer], settings: Settings
 ) -> None:
@@ -285,6 +286,7 @@ def test_the_policy_decides_at_the_inbox_surface(server: LiveServer, settings: S
         assert not side.exists()
 
 
+@pytest.mark.slow
 def test_an_agents_own_workspace_policy_applies_to_its_tasks(server: LiveServer, settings: Settings) -> None:
     with api(server) as client:
         assert client.post("/agents", json={"id": "ops", "name": "Ops"}).status_code == 201
@@ -380,6 +382,7 @@ def test_cancel_or_delete_drops_what_a_task_waits_for(server: LiveServer, settin
 # -- restarts ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_waiting_tasks_waiting_and_resumable(
     live_server: Callable[..., LiveServer], settings: Settings
 ) -> None:

@@ -41,6 +41,7 @@ def test_formatter_writes_json_with_request_id_and_extras() -> None:
     assert "abc" not in payload["path"]
 
 
+@pytest.mark.slow
 def test_server_logs_json_lines_with_request_ids_and_auth_failures(tmp_path: Path) -> None:
     port = free_port()
     log_file = tmp_path / "server.log"

@@ -26,6 +26,7 @@ def calc_server(env: dict[str, str] | None = None) -> dict[str, object]:
     return {"command": sys.executable, "args": [str(SERVER_SCRIPT)], "env": env or {}}
 
 
+@pytest.mark.slow
 def test_tools_load_and_a_broken_server_is_skipped(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,6 +54,7 @@ def test_bad_config_is_reported(settings: Settings) -> None:
         read_mcp_config(home)
 
 
+@pytest.mark.slow
 def test_agent_calls_an_mcp_tool_and_deny_lists_apply(settings: Settings, live_server: object) -> None:
     write_config(settings.paths.root, {"calc": calc_server()})
     with ScriptedOpenAIServer() as llm:

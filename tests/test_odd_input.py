@@ -202,6 +202,7 @@ def test_unauthorised_bodies_are_not_read(live_server: Any, monkeypatch: pytest.
     )
 
 
+@pytest.mark.slow
 def test_every_path_answers_an_undocumented_method_with_405_and_its_allow(server: LiveServer) -> None:
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     for template, operations in paths.items():

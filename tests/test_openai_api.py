@@ -200,6 +200,7 @@ def test_error_shapes(server: LiveServer) -> None:
     assert missing.status_code == 404 and set(missing.json()["error"]) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.slow
 def test_busy_session_gets_409_without_retry(server: LiveServer) -> None:
     payload = {
         "model": "clawlet",
@@ -226,6 +227,7 @@ def test_busy_session_gets_409_without_retry(server: LiveServer) -> None:
     assert results[0].status_code == 200
 
 
+@pytest.mark.slow
 def test_failed_run_reports_openai_errors(settings: Settings, live_server: object) -> None:
     with ScriptedOpenAIServer() as llm:  # an empty script: every LLM call fails with HTTP 500
         custom = Settings(provider="openai", llm_base_url=llm.base_url, llm_model="m", llm_api_key="k")

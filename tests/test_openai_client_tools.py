@@ -322,6 +322,7 @@ def test_langchain_structured_output_by_function_calling(live_server: Callable[.
         assert llm.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "Weather"}}
 
 
+@pytest.mark.slow
 def test_npm_openai_streams_a_round_trip(live_server: Callable[..., LiveServer]) -> None:
     script = """
 import OpenAI from "openai";
@@ -354,6 +355,7 @@ console.log(JSON.stringify({
         assert tool_messages(llm.requests[1])[0]["content"] == "sunny"
 
 
+@pytest.mark.slow
 def test_ai_sdk_tools_execute_in_node(live_server: Callable[..., LiveServer]) -> None:
     script = """
 import { generateText, tool, jsonSchema, stepCountIs } from "ai";

@@ -167,6 +167,7 @@ def test_bad_sampling_options_are_400s(server: LiveServer, field: str, value: ob
     assert set(error) == ERROR_KEYS and error["param"].startswith(field)
 
 
+@pytest.mark.slow
 def test_a_mid_stream_error_still_ends_with_a_finish_reason(live_server: Callable[..., LiveServer]) -> None:
     """The model fails after a tool ran: the error line, then the final chunk with its
     ``finish_reason`` (and the usage chunk asked for), then ``[DONE]``; the SDK raises the error."""

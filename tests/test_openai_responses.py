@@ -178,6 +178,7 @@ def test_store_false_keeps_nothing_delete_forgets_and_unknown_ids_are_404s(serve
         client.responses.delete(stored.id)
 
 
+@pytest.mark.slow
 def test_a_capped_answer_is_incomplete_and_a_failed_run_is_failed(
     live_server: Callable[..., LiveServer],
 ) -> None:
@@ -296,6 +297,7 @@ def test_what_is_not_served_is_refused_the_openai_way(
     assert error["message"]
 
 
+@pytest.mark.slow
 def test_npm_openai_and_the_ai_sdk_use_the_responses_api(server: LiveServer) -> None:
     script = """
 import OpenAI from "openai";
@@ -329,6 +331,7 @@ console.log(JSON.stringify({
     assert result["usage"]["outputTokens"] > 0 and str(result["responseId"]).startswith("resp_")
 
 
+@pytest.mark.slow
 def test_the_ai_sdk_continues_a_conversation_by_item_reference(
     live_server: Callable[..., LiveServer],
 ) -> None:

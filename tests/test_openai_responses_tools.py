@@ -44,6 +44,7 @@ FUNCTION_CALL_EVENTS = [
 ]
 
 
+@pytest.mark.slow
 def test_openai_python_round_trip_with_previous_response_id(live_server: Callable[..., LiveServer]) -> None:
     with ScriptedOpenAIServer() as llm:
         llm.set_script(
@@ -81,6 +82,7 @@ def test_openai_python_round_trip_with_previous_response_id(live_server: Callabl
         assert kept["tool"] == "get_weather" and kept["output"] == "sunny, 24°C"
 
 
+@pytest.mark.slow
 def test_streamed_calls_continue_from_resent_or_referenced_items(
     live_server: Callable[..., LiveServer],
 ) -> None:
@@ -183,6 +185,7 @@ def test_openai_python_parse_gives_structured_output(live_server: Callable[..., 
         assert native["type"] == "json_schema" and native["json_schema"]["name"] == "Weather"
 
 
+@pytest.mark.slow
 def test_the_ai_sdk_default_provider_runs_tools_and_output_object(
     live_server: Callable[..., LiveServer], server: LiveServer
 ) -> None:
@@ -251,6 +254,7 @@ console.log(JSON.stringify({ output: whole.output }));
     assert set(result["output"]) == {"city", "rank"} and isinstance(result["output"]["rank"], int), result
 
 
+@pytest.mark.slow
 def test_langchain_bind_tools_round_trip_on_the_responses_api(live_server: Callable[..., LiveServer]) -> None:
     @tool
     def get_weather(city: str) -> str:
@@ -287,6 +291,7 @@ def test_langchain_bind_tools_round_trip_on_the_responses_api(live_server: Calla
             assert tool_messages(llm.requests[-1])[0]["content"] == f"sunny in {call['args']['city']}"
 
 
+@pytest.mark.slow
 def test_bad_function_call_output_is_a_clear_400(live_server: Callable[..., LiveServer]) -> None:
     """Results for only one of two calls, or for a call the run does not wait for: 400s naming them."""
     with ScriptedOpenAIServer() as llm:

@@ -527,6 +527,7 @@ def test_sends_the_http_request_the_stock_model_sends(monkeypatch: pytest.Monkey
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["openai", "deepseek"])
 def test_a_failed_request_is_retried_as_the_stock_model_retries_it(family: str) -> None:
     attempts: list[int] = []

@@ -24,6 +24,7 @@ from clawlet.config import Settings
 from clawlet.controlplane.frontend import create_cluster_app
 from clawlet.controlplane.server import ControlPlaneConfig, new_jwt_secret
 from clawlet.serving import uvicorn_options
+from clawlet.testing.prompt_server import PromptServer
 from tests.conftest import LiveServer, assert_error, free_port
 
 EVIL = "evil.example"
@@ -37,7 +38,7 @@ def serving(app: ASGIApp, *, lifespan: Literal["auto", "off"] = "auto") -> Itera
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan, **uvicorn_options()
     )
-    server = uvicorn.Server(config)
+    server = PromptServer(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

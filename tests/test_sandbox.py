@@ -164,6 +164,7 @@ def test_a_workspace_inherits_the_main_home_s_network_setting(tmp_path: Path) ->
 # -- killing -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_bubblewrap
 async def test_a_timeout_kills_even_what_left_the_process_group(settings: Settings) -> None:
     tool = make_terminal_tool(settings.paths.root, timeout=2)

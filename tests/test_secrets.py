@@ -304,6 +304,7 @@ def test_a_secret_in_a_tool_error_is_masked(
     assert call["output"] == output
 
 
+@pytest.mark.slow
 def test_a_secret_in_an_mcp_tool_result_is_masked(
     live_server: Callable[..., LiveServer], llm: ScriptedOpenAIServer
 ) -> None:

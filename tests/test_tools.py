@@ -109,6 +109,7 @@ async def run_watching(
     return await task, seen
 
 
+@pytest.mark.slow
 async def test_terminal_timeout_kills_the_command_and_its_children(settings: Settings) -> None:
     tool = make_terminal_tool(settings.paths.root, timeout=2)
     marker = f"1000.{secrets.randbelow(10**9)}"  # a unique sleep duration to find the processes by
@@ -126,6 +127,7 @@ async def test_terminal_output_is_capped(settings: Settings) -> None:
     assert output[5000:] == "\n... [output truncated: 7000 more characters]"
 
 
+@pytest.mark.slow
 async def test_terminal_endless_output_is_capped_and_the_timeout_still_reported(settings: Settings) -> None:
     tool = make_terminal_tool(settings.paths.root, timeout=1)
     output = await tool.ainvoke({"command": "yes"})
@@ -184,6 +186,7 @@ async def test_python_reports_exceptions(settings: Settings) -> None:
     assert "SyntaxError" in syntax and "[exit code 1]" in syntax
 
 
+@pytest.mark.slow
 async def test_python_timeout_kills_the_process(settings: Settings) -> None:
     tool = make_python_tool(settings.paths.root, timeout=2)
     marker = f"1000.{secrets.randbelow(10**9)}"

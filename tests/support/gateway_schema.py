@@ -9,6 +9,7 @@ params, its response payload or its event payload.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -71,6 +72,13 @@ class SchemaUnavailable(RuntimeError):
 def install_schema_package() -> Path:
     if SCHEMA_FILE.is_file():
         return SCHEMA_FILE
+    # one `npm ci` at a time: the fast set's xdist workers (`pytest -n 4`) may all get here at once
+    with (PACKAGE_DIR / "package-lock.json").open("rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return SCHEMA_FILE if SCHEMA_FILE.is_file() else run_npm_ci()
+
+
+def run_npm_ci() -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise SchemaUnavailable("npm is not installed; it is needed to fetch @openclaw/gateway-protocol")

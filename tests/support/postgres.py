@@ -37,9 +37,10 @@ requires_postgres = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=requires_postgres),
+    pytest.param("postgresql", id="postgresql", marks=[requires_postgres, pytest.mark.slow]),
 ]
-"""Parameters for a ``database_url`` fixture: a SQLite file, and PostgreSQL when configured."""
+"""Parameters for a ``database_url`` fixture: a SQLite file, and PostgreSQL when configured (a
+server: ``slow``, out of the fast set)."""
 
 
 @contextmanager

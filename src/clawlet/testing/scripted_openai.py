@@ -46,6 +46,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from clawlet.serving import uvicorn_options
+from clawlet.testing.prompt_server import PromptServer
 
 __all__ = [
     "Script",
@@ -178,7 +179,7 @@ class ScriptedOpenAIServer:
         self._script: Script = script
         self._cursor = 0
         self._socket: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: PromptServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
         self.app = Starlette(
@@ -214,7 +215,7 @@ class ScriptedOpenAIServer:
         self.port = int(sock.getsockname()[1])
         self._socket = sock
         config = uvicorn.Config(self.app, log_level="warning", lifespan="off", **options)
-        server = uvicorn.Server(config)
+        server = PromptServer(config)
         self._server = server
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="scripted-openai", daemon=True
