@@ -177,6 +177,7 @@ CHILDREN = {
 TEXT_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) \S+: (?P<message>.*)")
 
 
+@pytest.mark.slow  # starts each child program
 @pytest.mark.parametrize("child", sorted(CHILDREN))
 def test_child_processes_log_in_the_configured_format(tmp_path: Path, child: str) -> None:
     """A child started with ``CLAWLET_LOG_FORMAT=text`` writes text lines; without it, JSON."""
