@@ -53,7 +53,7 @@ import random
 import shutil
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -277,41 +277,47 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
 
     def _checkpoint_files(self, ns_dir: Path) -> dict[str, Path]:
         """Checkpoint id → file, for every checkpoint file in ``ns_dir``."""
-        found: dict[str, Path] = {}
-        try:
-            names = os.listdir(ns_dir)
-        except (FileNotFoundError, NotADirectoryError):
-            return found
-        for name in names:
-            if name.startswith(".") or not name.endswith(_CHECKPOINT_SUFFIX) or name.endswith(_WRITES_SUFFIX):
-                continue
-            path = ns_dir / name
-            checkpoint_id = decode_name(name[: -len(_CHECKPOINT_SUFFIX)])
-            if checkpoint_id is None:  # a shortened name: the id is inside the file
-                record = self._read_record(path)
-                if record is None:
-                    continue
-                checkpoint_id = record.checkpoint_id
-            found[checkpoint_id] = path
-        return found
+
+        def id_inside(path: Path) -> str | None:
+            record = self._read_record(path)
+            return None if record is None else record.checkpoint_id
+
+        return self._files_by_id(ns_dir, _CHECKPOINT_SUFFIX, id_inside, not_ending=_WRITES_SUFFIX)
 
     def _writes_files(self, ns_dir: Path) -> dict[str, Path]:
         """Checkpoint id → writes file, for every writes file in ``ns_dir``."""
+
+        def id_inside(path: Path) -> str | None:
+            data = _read_json(self.root, path)
+            if not isinstance(data, dict) or not isinstance(data.get("checkpoint_id"), str):
+                return None
+            return str(data["checkpoint_id"])
+
+        return self._files_by_id(ns_dir, _WRITES_SUFFIX, id_inside)
+
+    @staticmethod
+    def _files_by_id(
+        ns_dir: Path, suffix: str, id_inside: Callable[[Path], str | None], *, not_ending: str = ""
+    ) -> dict[str, Path]:
+        """Checkpoint id → file, for every file in ``ns_dir`` named ``<id><suffix>`` but not ending
+        in ``not_ending`` (a shortened name holds no id: ``id_inside`` reads it from the file; None
+        skips the file)."""
         found: dict[str, Path] = {}
         try:
             names = os.listdir(ns_dir)
         except (FileNotFoundError, NotADirectoryError):
             return found
         for name in names:
-            if name.startswith(".") or not name.endswith(_WRITES_SUFFIX):
+            if name.startswith(".") or not name.endswith(suffix):
+                continue
+            if not_ending and name.endswith(not_ending):
                 continue
             path = ns_dir / name
-            checkpoint_id = decode_name(name[: -len(_WRITES_SUFFIX)])
+            checkpoint_id = decode_name(name[: -len(suffix)])
             if checkpoint_id is None:
-                data = _read_json(self.root, path)
-                if not isinstance(data, dict) or not isinstance(data.get("checkpoint_id"), str):
+                checkpoint_id = id_inside(path)
+                if checkpoint_id is None:
                     continue
-                checkpoint_id = data["checkpoint_id"]
             found[checkpoint_id] = path
         return found
 

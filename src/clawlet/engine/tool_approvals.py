@@ -195,17 +195,8 @@ def pending_from_interrupt(item: Interrupt) -> Pending | None:
     name = str(value.get("name", ""))
     args = dict(value.get("args") or {})
     call_id = str(value.get("tool_call_id") or "")
-    if is_client_call(value):
-        return ApprovalRequested(
-            approval_id=item.id,
-            tool=name,
-            args=args,
-            call_id=call_id,
-            input=render_tool_input(args),
-            allowed_decisions=list(CLIENT_TOOL_DECISIONS),
-            description=CLIENT_TOOL_DESCRIPTION,
-        )
-    if name == ASK_USER_TOOL:
+    client = is_client_call(value)
+    if name == ASK_USER_TOOL and not client:
         return QuestionAsked(
             approval_id=item.id,
             question=str(args.get("question", "")),
@@ -218,8 +209,8 @@ def pending_from_interrupt(item: Interrupt) -> Pending | None:
         args=args,
         call_id=call_id,
         input=render_tool_input(args),
-        allowed_decisions=list(TOOL_DECISIONS),
-        description=str(value.get("description", "")),
+        allowed_decisions=list(CLIENT_TOOL_DECISIONS if client else TOOL_DECISIONS),
+        description=CLIENT_TOOL_DESCRIPTION if client else str(value.get("description", "")),
     )
 
 
