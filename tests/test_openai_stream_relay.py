@@ -16,6 +16,7 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
     BaseMessageChunk,
     HumanMessage,
@@ -175,17 +176,46 @@ def both(stock: BaseChatModel, plain: BaseChatModel, case: str) -> tuple[Streame
 
 
 async def stream(model: BaseChatModel, case: str) -> Streamed:
-    """Every streamed chunk, the joined message, and the error that ended the stream (type: text)."""
-    chunks: list[JSONDict] = []
+    """Every streamed chunk (each run of chunks that differ only in their text added up: clawlet
+    relays the text chunks that arrive together as one), the joined message, and the error that
+    ended the stream (type: text)."""
+    chunks: list[BaseMessageChunk] = []
     joined: BaseMessageChunk | None = None
     error = ""
     try:
         async for chunk in model.astream(case):
-            chunks.append(comparable(chunk))
+            if chunks and only_text(chunks[-1]) and only_text(chunk) and same_but_text(chunks[-1], chunk):
+                chunks[-1] = chunks[-1] + chunk
+            else:
+                chunks.append(chunk)
             joined = chunk if joined is None else joined + chunk
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    return chunks, (comparable(joined) if joined is not None else None), error
+    whole = comparable(joined) if joined is not None else None
+    return [comparable(chunk) for chunk in chunks], whole, error
+
+
+TEXT_KWARGS = frozenset({"reasoning_content", "reasoning"})
+
+
+def only_text(chunk: BaseMessageChunk) -> bool:
+    """Whether a streamed chunk carries text (the answer's, or reasoning) and nothing else."""
+    kwargs = chunk.additional_kwargs
+    return (
+        isinstance(chunk, AIMessageChunk)
+        and isinstance(chunk.content, str)
+        and not chunk.tool_call_chunks
+        and chunk.usage_metadata is None
+        and kwargs.keys() <= TEXT_KWARGS
+        and all(isinstance(value, str) for value in kwargs.values())
+    )
+
+
+def same_but_text(before: BaseMessageChunk, chunk: BaseMessageChunk) -> bool:
+    return (
+        before.response_metadata == chunk.response_metadata
+        and before.additional_kwargs.keys() == chunk.additional_kwargs.keys()
+    )
 
 
 @pytest.mark.parametrize("family", ["openai", "deepseek"])

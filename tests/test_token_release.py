@@ -1,5 +1,6 @@
-"""A model answer that arrives in one burst reaches the turn's watchers chunk by chunk, the first at
-once: the model step lets each chunk out before it parses the next (clawlet.engine.token_release)."""
+"""A model answer that arrives in one burst reaches the turn's watchers as it is parsed, the first
+chunk at once: the model step lets it out before it parses the rest (clawlet.engine.token_release),
+and the chunks already buffered behind it go out joined (clawlet.llm.chunk_join)."""
 
 from __future__ import annotations
 
@@ -85,19 +86,26 @@ def burst_upstream() -> Iterator[str]:
 
 
 @pytest.mark.slow
-async def test_the_first_chunk_of_a_burst_goes_out_before_the_rest_is_parsed(burst_upstream: str) -> None:
+async def test_the_first_chunk_of_a_burst_goes_out_alone_and_the_rest_joined(burst_upstream: str) -> None:
+    """The first text goes out at once, before the rest of the burst is parsed; the chunks behind it,
+    all buffered, are relayed joined (clawlet.llm.chunk_join), not one event per chunk."""
     settings = Settings(provider="openai", llm_base_url=burst_upstream, llm_model="m", llm_api_key="k")
     services = build_services(settings)
     run = await services.sessions.start_turn("burst", "hello", title=False)
-    published_at_first = None
+    first: TextDelta | None = None
+    published_at_first = ""
     async for event in run.events():
-        if isinstance(event, TextDelta) and published_at_first is None:
-            # how many text chunks the turn had published when this watcher got the first one
-            published_at_first = sum(isinstance(each, TextDelta) for each in run.log)
+        if isinstance(event, TextDelta) and first is None:
+            first = event
+            # the text the turn had published when this watcher got the first chunk
+            published_at_first = "".join(each.text for each in run.log if isinstance(each, TextDelta))
     await run.wait()
-    assert run.answer.text == "".join(f"w{n} " for n in range(CHUNKS))
-    assert published_at_first is not None
-    assert published_at_first < CHUNKS // 2  # not the whole burst first (before: all 200)
+    whole = "".join(f"w{n} " for n in range(CHUNKS))
+    assert run.answer.text == whole
+    assert first is not None and first.text == "w0 "
+    assert len(published_at_first) < len(whole) // 2  # not the whole burst first (before: all of it)
+    texts = [each.text for each in run.log if isinstance(each, TextDelta)]
+    assert "".join(texts) == whole and len(texts) <= CHUNKS // 8  # joined (before: one per chunk)
 
 
 async def test_the_model_step_lets_the_watchers_run_once_after_the_first_text_is_passed_on(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections.abc import Awaitable
 from functools import cache
 from types import TracebackType
 from typing import Any, Self, cast, get_args, get_type_hints
@@ -43,17 +44,34 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsStr
 from pydantic import model_validator
 from typing_extensions import is_typeddict
 
+from clawlet.llm.chunk_join import MAX_JOINED, join_into, text_of
+from clawlet.ready_now import Suspended, step_once
+
 logger = logging.getLogger(__name__)
 
 
 class PlainChunkStream:
-    """One streamed chat completion whose chunks come as the dicts they were sent as."""
+    """One streamed chat completion whose chunks come as the dicts they were sent as, the text chunks
+    already buffered behind a text chunk joined to it (:mod:`clawlet.llm.chunk_join`). The stream's
+    first text goes out alone, at once; after it, each text chunk takes with it the text-only chunks
+    that can be read without waiting (:func:`clawlet.ready_now.step_once`): a burst is relayed in a
+    few chunks, a trickle chunk by chunk."""
 
     def __init__(self, stream: AsyncStream[object], timeout: float | None, model_name: str | None) -> None:
         self.stream = stream
         self.timeout = timeout
         self.model_name = model_name
         self.received = 0
+        self.join_limit = 1
+        """How many chunks the next text chunk may take with it: the first text goes alone, then
+        twice as many each time up to :data:`MAX_JOINED`, so the first few texts go out with little
+        parsing between them (the first one's way out needs the loop a few times)."""
+        self.ahead: Any = None
+        """A chunk read while joining that did not join: the next one to return."""
+        self.failure: BaseException | None = None
+        """The stream's end or error met while joining: raised after the joined chunk."""
+        self.pending: Suspended[object] | None = None
+        """The read of the next chunk, begun while joining, that waits for the network."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -64,30 +82,67 @@ class PlainChunkStream:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            await pending.cancel()
         await self.stream.close()
 
     def __aiter__(self) -> PlainChunkStream:
         return self
 
     async def __anext__(self) -> Any:
-        if not self.timeout:
-            chunk = await self.stream.__anext__()
-        else:
-            deadline = asyncio.timeout(self.timeout)
+        chunk = await self.next_chunk()
+        if not text_of(chunk):
+            return chunk
+        joining = self.join_limit
+        self.join_limit = min(2 * self.join_limit, MAX_JOINED)
+        for _ in range(joining - 1):
+            if self.ahead is not None or self.failure is not None or self.pending is not None:
+                break
             try:
-                async with deadline:
-                    chunk = await self.stream.__anext__()
-            except TimeoutError as error:
-                if not deadline.expired():
-                    raise
-                logger.warning(
-                    "no chunk from the model in %g s (stream_chunk_timeout, %d chunks received)",
-                    self.timeout,
-                    self.received,
-                )
-                raise StreamChunkTimeoutError(
-                    self.timeout, model_name=self.model_name, chunks_received=self.received
-                ) from error
+                step = step_once(self.stream.__anext__())
+            except Exception as error:  # the end of the stream too: after this chunk
+                self.failure = error
+                break
+            if isinstance(step, Suspended):
+                self.pending = step
+                break
+            follower = self.received_chunk(step.value)
+            if not join_into(chunk, follower):
+                self.ahead = follower
+        return chunk
+
+    async def next_chunk(self) -> Any:
+        """The next chunk: one read ahead while joining, or from the stream (within the chunk timeout)."""
+        if self.ahead is not None:
+            chunk, self.ahead = self.ahead, None
+            return chunk
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        pending, self.pending = self.pending, None
+        read: Awaitable[object] = pending if pending is not None else self.stream.__anext__()
+        if not self.timeout:
+            return self.received_chunk(await read)
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline:
+                chunk = await read
+        except TimeoutError as error:
+            if not deadline.expired():
+                raise
+            logger.warning(
+                "no chunk from the model in %g s (stream_chunk_timeout, %d chunks received)",
+                self.timeout,
+                self.received,
+            )
+            raise StreamChunkTimeoutError(
+                self.timeout, model_name=self.model_name, chunks_received=self.received
+            ) from error
+        return self.received_chunk(chunk)
+
+    def received_chunk(self, chunk: Any) -> Any:
+        """A chunk as read, counted, with each choice sent without a delta given ``delta: None``."""
         self.received += 1
         if isinstance(chunk, dict):
             for choice in chunk.get("choices") or ():
