@@ -5,10 +5,12 @@ every chunk (``construct_type``, with runtime ``Protocol`` checks on each nested
 LangChain to ``model_dump`` it straight back into a dict; and LangChain bounds the wait for each
 chunk with ``asyncio.wait_for`` (a task per chunk). Together most of the CPU a relayed chunk costs.
 
-Here the SDK streams the same response as ``AsyncStream[object]`` (the SDK's own request, retries,
-HTTP errors, SSE parsing and in-stream ``error`` handling, unchanged), which yields each chunk as the
-dict it arrived as; LangChain's own dict-based conversion turns it into the very message chunks it
-builds from the ``model_dump``. The per-chunk timeout (``stream_chunk_timeout``: same default, same
+Here the SDK sends the same request and opens the response as ``AsyncStream[object]`` (the SDK's
+own request, retries and HTTP errors, unchanged), and :class:`~clawlet.llm.sse_chunks.SseChunks`
+reads its body as the SDK would (server-sent events, ``[DONE]``, in-stream ``error``), giving each
+chunk as the dict it arrived as; LangChain's own dict-based conversion turns it into the very
+message chunks it builds from the ``model_dump``. Text chunks already buffered go on joined
+(:class:`PlainChunkStream`). The per-chunk timeout (``stream_chunk_timeout``: same default, same
 ``LANGCHAIN_OPENAI_STREAM_CHUNK_TIMEOUT_S``, same :class:`~langchain_openai.StreamChunkTimeoutError`)
 is kept, enforced here with ``asyncio.timeout``. Everything else (non-streamed calls, the Responses
 API, structured output through the SDK's parsing stream) is LangChain's and the SDK's, unchanged.
@@ -45,6 +47,7 @@ from pydantic import model_validator
 from typing_extensions import is_typeddict
 
 from clawlet.llm.chunk_join import MAX_JOINED, join_into, text_of
+from clawlet.llm.sse_chunks import SseChunks
 from clawlet.ready_now import Suspended, step_once
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class PlainChunkStream:
 
     def __init__(self, stream: AsyncStream[object], timeout: float | None, model_name: str | None) -> None:
         self.stream = stream
+        self.chunks = SseChunks(stream.response)
         self.timeout = timeout
         self.model_name = model_name
         self.received = 0
@@ -100,7 +104,7 @@ class PlainChunkStream:
             if self.ahead is not None or self.failure is not None or self.pending is not None:
                 break
             try:
-                step = step_once(self.stream.__anext__())
+                step = step_once(self.chunks.__anext__())
             except Exception as error:  # the end of the stream too: after this chunk
                 self.failure = error
                 break
@@ -121,7 +125,7 @@ class PlainChunkStream:
             failure, self.failure = self.failure, None
             raise failure
         pending, self.pending = self.pending, None
-        read: Awaitable[object] = pending if pending is not None else self.stream.__anext__()
+        read: Awaitable[object] = pending if pending is not None else self.chunks.__anext__()
         if not self.timeout:
             return self.received_chunk(await read)
         deadline = asyncio.timeout(self.timeout)
