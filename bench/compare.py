@@ -21,6 +21,8 @@ The paths, each given the same request:
   ``PROMPT``;
 * **clawlet /api/chat +N turns**: ``/api/chat`` on one session that had ``--history`` turns (50)
   before the run (and gains one a round); sequential only (a session runs one turn at a time).
+  Its added TTFT and multiples are against **direct +N turns**: the upstream given the body
+  clawlet sent it for that session's last earlier turn (``N`` turns of history in it).
 
 TTFT is the time to the first content (content delta, ``token`` event, ``text_delta`` line, or
 ``chat`` delta event); total is the time to the end of the answer (``[DONE]``, ``done``,
@@ -114,7 +116,7 @@ GATEWAY_CONNECT: dict[str, Any] = {
 
 class Upstream:
     """The scripted answers: ``chunks`` content deltas, ``delay`` seconds apart; titles in one.
-    Remembers the first agent turn's request body (what clawlet sends)."""
+    Remembers the last agent turn's request body (what clawlet sends)."""
 
     def __init__(self) -> None:
         self.chunks = 1
@@ -124,14 +126,13 @@ class Upstream:
     def __call__(self, body: dict[str, Any]) -> Turn:
         if is_title_request(body):
             return text_turn("Bench", chunks=1)
-        if self.agent_body is None:
-            self.agent_body = body
+        self.agent_body = body
         return text_turn(ANSWER, chunks=self.chunks, delay=self.delay)
 
 
 def serve_upstream(port: int) -> int:
     """The upstream on ``127.0.0.1:port`` until SIGINT/SIGTERM; ``POST /bench/turn`` sets the
-    answers' ``chunks`` and ``delay``, ``GET /bench/agent-body`` returns the remembered body and
+    answers' ``chunks`` and ``delay``, ``GET /bench/agent-body`` returns the last agent turn's body and
     ``GET /bench/errors`` the server's errors."""
     upstream = Upstream()
     server = ScriptedOpenAIServer(upstream, model=MODEL, port=port)
@@ -457,6 +458,7 @@ class Target:
     measure: Measure
     pid: int | None
     concurrent: bool = True  # False: one session, one turn at a time
+    baseline: str | None = "direct"  # the row its added TTFT and multiples are against (None: it is one)
 
 
 @dataclass
@@ -466,6 +468,7 @@ class Result:
     cpu: float = 0.0  # server CPU seconds
     requests: int = 0
     wall: float = math.nan
+    baseline: str | None = "direct"
 
 
 def _cpu(pid: int | None) -> float:
@@ -538,14 +541,16 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
         f"{'+TTFT p50':>10}{'p99':>8}{'total x':>8}"
     )
     print(header + (f"{'wall s':>8}{'wall x':>7}{'gap p99':>8}" if show_wall else "") + f"{'errors':>7}")
-    direct = results.get("direct")
-    base: dict[str, float] = {}
-    if direct and direct.samples:
-        base = {
-            "ttft50": percentile([s.ttft for s in direct.samples], 50),
-            "ttft99": percentile([s.ttft for s in direct.samples], 99),
-            "total50": percentile([s.total for s in direct.samples], 50),
+    bases = {
+        name: {
+            "ttft50": percentile([s.ttft for s in result.samples], 50),
+            "ttft99": percentile([s.ttft for s in result.samples], 99),
+            "total50": percentile([s.total for s in result.samples], 50),
+            "wall": result.wall,
         }
+        for name, result in results.items()
+        if result.baseline is None and result.samples
+    }
     for name, result in results.items():
         if not result.samples:
             print(f"{name:<28} no answer: {result.errors[:2]}")
@@ -554,10 +559,11 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
         totals = [s.total for s in result.samples]
         t50, t99, tot50 = percentile(ttfts, 50), percentile(ttfts, 99), percentile(totals, 50)
         cpu = result.cpu / result.requests if result.requests else math.nan
+        base = bases.get(result.baseline) if result.baseline is not None else None
         added = (
             f"{'+' + _ms(t50 - base['ttft50']):>10}{'+' + _ms(t99 - base['ttft99']):>8}"
             f"{tot50 / base['total50']:>7.1f}x"
-            if base and name != "direct"
+            if base
             else f"{'':>10}{'':>8}{'':>8}"
         )
         line = (
@@ -565,7 +571,7 @@ def report(title: str, results: dict[str, Result], show_wall: bool) -> None:
             f"{_ms(cpu):>9}{added}"
         )
         if show_wall:
-            wall_x = result.wall / direct.wall if direct and name != "direct" else math.nan
+            wall_x = result.wall / base["wall"] if base else math.nan
             line += f"{result.wall:>8.2f}" + (f"{wall_x:>6.2f}x" if not math.isnan(wall_x) else f"{'':>7}")
             gaps = [gap for sample in result.samples for gap in sample.gaps]
             line += f"{_ms(percentile(gaps, 99)) if gaps else '-':>8}"
@@ -639,7 +645,9 @@ async def bench(
         await measure_api_chat(client, clawlet.url)
         direct_body: dict[str, Any] = await llm.get(client, "agent-body")
     v1_body = {"model": "clawlet", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
-    paths = [Target("direct", lambda c: measure_openai_stream(c, llm.base_url, direct_body), llm.pid)]
+    direct = Target("direct", lambda c: measure_openai_stream(c, llm.base_url, direct_body), llm.pid)
+    direct.baseline = None
+    paths = [direct]
     if litellm is not None:
         body = {**direct_body, "model": MODEL}
         auth = {"Authorization": f"Bearer {litellm.master_key}"}
@@ -657,14 +665,24 @@ async def bench(
         async with _client(4) as client:
             for _ in range(args.history):
                 await measure_api_chat(client, clawlet.url, session)
-        paths.append(
+            history_body: dict[str, Any] = await llm.get(client, "agent-body")
+        direct_history = f"direct +{args.history} turns"
+        paths += [
+            Target(
+                direct_history,
+                lambda c: measure_openai_stream(c, llm.base_url, history_body),
+                llm.pid,
+                concurrent=False,
+                baseline=None,
+            ),
             Target(
                 f"clawlet /api/chat +{args.history} turns",
                 lambda c: measure_api_chat(c, clawlet.url, session),
                 clawlet.pid,
                 concurrent=False,
-            )
-        )
+                baseline=direct_history,
+            ),
+        ]
     paths += [
         Target("clawlet /api/agent", lambda c: measure_api_agent(c, clawlet.url), clawlet.pid),
     ]
@@ -683,6 +701,10 @@ async def bench(
         await profile(args, llm, clawlet, v1_body)
     async with _client(4) as client:
         errors: list[str] = await llm.get(client, "errors")
+    for results in (first, second):
+        for path in paths:
+            if path.name in results:
+                results[path.name].baseline = path.baseline
     return first, second, errors
 
 
@@ -777,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
         "next (not measured for /api/agent and chat.send); "
         "CPU/req: the server process's CPU ms per request (direct: the upstream's); "
         "+TTFT: added to direct's; total x, wall x: multiples of direct's; +N turns: one session "
-        "with N earlier turns at the start (sequential only)"
+        "with N earlier turns at the start (sequential only), against direct +N turns (the upstream "
+        "given the body clawlet sent it for that session's last earlier turn)"
     )
     if upstream_errors:
         print(f"upstream errors: {upstream_errors[:3]}")

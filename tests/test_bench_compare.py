@@ -32,11 +32,15 @@ def test_compare_runs_every_path_in_both_phases(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     sequential, _, concurrent = done.stdout.partition("[concurrent")
     assert "[sequential" in sequential and concurrent
-    for phase, paths in ((sequential, (*PATHS, "clawlet /api/chat +2 turns")), (concurrent, PATHS)):
+    history = ("direct +2 turns", "clawlet /api/chat +2 turns")
+    for phase, paths in ((sequential, (*PATHS, *history)), (concurrent, PATHS)):
         rows = {line[:28].strip(): line.split() for line in phase.splitlines()}
         for path in paths:
             assert path in rows, phase
             assert rows[path][-1] == "0"  # errors
     assert "+2 turns" not in concurrent  # one session runs one turn at a time
+    rows = {line[:28].strip(): line.split() for line in sequential.splitlines()}
+    assert rows["clawlet /api/chat +2 turns"][-4].startswith("+")  # added TTFT, against direct +2 turns
+    assert not any(cell.startswith("+") for cell in rows["direct +2 turns"][3:])  # a baseline: nothing added
     assert "load average at start" in done.stdout
     assert "litellm" not in done.stdout
