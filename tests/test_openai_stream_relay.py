@@ -8,6 +8,7 @@ body the stock models send, without the SDK's request transform walking it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,6 +39,7 @@ from clawlet.llm.openai_stream import (
     transform_free_fields,
 )
 from clawlet.llm.providers import build_chat_model
+from clawlet.ready_now import Suspended
 from clawlet.testing.scripted_openai import (
     JSONDict,
     ScriptedOpenAIServer,
@@ -262,6 +264,46 @@ def test_an_http_error_raises_what_the_stock_model_raises(family: str) -> None:
         expected, got = both(*models(failing, family), "hi")
     assert got == expected == ([], None, got[2])
     assert "Error code: 500" in got[2] and "no answer today" in got[2]
+
+
+def test_a_stream_left_while_its_next_read_waits_cancels_that_read_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the first text, a text chunk looks for buffered chunks to join; when none has come the
+    read it began is kept for later. Leaving the stream then cancels that read where it waits (the
+    response closed, nothing left running or reported to the loop's exception handler)."""
+    cancelled: list[Suspended[object]] = []
+    cancel = Suspended.cancel
+
+    async def counting_cancel(self: Suspended[object]) -> None:
+        cancelled.append(self)
+        await cancel(self)
+
+    monkeypatch.setattr(Suspended, "cancel", counting_cancel)
+    trickle = text_turn("one two three four five six", chunks=6, delay=0.5)
+    with ScriptedOpenAIServer([trickle]) as slow:
+        model = PlainChunkChatOpenAI(model_name="m", base_url=slow.base_url, api_key="k", max_retries=0)
+
+        async def run() -> tuple[list[str], list[dict[str, Any]]]:
+            problems: list[dict[str, Any]] = []
+            asyncio.get_running_loop().set_exception_handler(lambda _loop, context: problems.append(context))
+            texts: list[str] = []
+            stream = model.astream("hi")
+            async for chunk in stream:
+                if chunk.content:
+                    texts.append(str(chunk.content))
+                if len(texts) == 2:
+                    break
+            await stream.aclose()
+            gc.collect()
+            for _ in range(10):  # let any finalizer the collection scheduled run
+                await asyncio.sleep(0)
+            return texts, problems
+
+        texts, problems = asyncio.run(run())
+    assert texts == ["one t", "wo th"]  # the scripted upstream cuts the text in even pieces
+    assert len(cancelled) == 1 and cancelled[0].awaited
+    assert problems == []
 
 
 @pytest.mark.parametrize("model_class", [ChatOpenAI, PlainChunkChatOpenAI])
