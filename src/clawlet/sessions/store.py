@@ -154,6 +154,14 @@ def _not_found(path: Path) -> tuple[SessionData, bool]:
     raise SessionNotFound(path.stem)
 
 
+class _NotKept(Exception):
+    """The session's file is not the one the store keeps parsed (:meth:`TranscriptStore.kept_for_agent`)."""
+
+
+def _not_kept(path: Path) -> tuple[SessionData, bool]:
+    raise _NotKept(path.stem)
+
+
 CACHED_TRANSCRIPTS = 256
 """How many parsed transcripts a store keeps at most (the most recently used)."""
 
@@ -358,20 +366,40 @@ class TranscriptStore:
             data = self.load(session_id)
         except SessionNotFound:
             return []
-        merged: list[dict[str, str]] = []
-        if data["compressed_context"]:
-            merged.append({"role": "assistant", "content": f"{SUMMARY_PREFIX}\n{data['compressed_context']}"})
-        for message in data["messages"]:
-            role = message.get("role")
-            content = str(message.get("content") or "")
-            if role not in ("user", "assistant"):
-                continue
-            if merged and role == "assistant" and merged[-1]["role"] == "assistant":
-                joined = "\n\n".join(part for part in (merged[-1]["content"], content) if part)
-                merged[-1]["content"] = joined
-            else:
-                merged.append({"role": str(role), "content": content})
-        return merged
+        return _for_agent(data)
+
+    def kept_for_agent(self, session_id: str) -> list[dict[str, str]] | None:
+        """:meth:`load_for_agent` when nothing has to be read, for a caller on the event loop (one
+        ``stat``): ``[]`` for a session with no file, the history from the parsed copy when the
+        file is the one this store last wrote or read; ``None`` when it must be read (another
+        writer changed it, it was never read here, or it is still in the v1 format)."""
+        path = self.path_for(session_id)
+        try:
+            data, legacy = self.parsed.get(path, _not_kept, absent=_not_found)
+        except SessionNotFound:
+            return []
+        except _NotKept:
+            return None
+        return None if legacy else _for_agent(data)
+
+
+def _for_agent(data: SessionData) -> list[dict[str, str]]:
+    """The session's messages as :meth:`TranscriptStore.load_for_agent` gives them (``data`` is read,
+    not changed)."""
+    merged: list[dict[str, str]] = []
+    if data["compressed_context"]:
+        merged.append({"role": "assistant", "content": f"{SUMMARY_PREFIX}\n{data['compressed_context']}"})
+    for message in data["messages"]:
+        role = message.get("role")
+        content = str(message.get("content") or "")
+        if role not in ("user", "assistant"):
+            continue
+        if merged and role == "assistant" and merged[-1]["role"] == "assistant":
+            joined = "\n\n".join(part for part in (merged[-1]["content"], content) if part)
+            merged[-1]["content"] = joined
+        else:
+            merged.append({"role": str(role), "content": content})
+    return merged
 
 
 class CompressionConflict(Exception):
