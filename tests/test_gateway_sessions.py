@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clawlet.config import Settings
+from clawlet.gateway.server import _existing_case
+from clawlet.sessions.store import TranscriptStore
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import LiveServer
 from tests.support.gateway_schema import ProtocolSchema
@@ -298,3 +301,24 @@ async def test_reset_stops_a_running_turn_and_a_paused_one(
         )
         assert again["status"] == "started"
         assert (await client.run_events("p2"))[-1]["state"] == "final"
+
+
+def test_a_session_key_finds_a_capitalised_transcript_by_the_names_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys are lower-cased: ``mychat`` finds ``MyChat.json``; a new key reads the directory's names
+    (no ``Path`` made and matched per session, which every new ``chat.send`` paid)."""
+    store = TranscriptStore(tmp_path / "sessions")
+    assert _existing_case(store, "mychat") == "mychat"  # no directory yet
+    for session_id in ("MyChat", "other", "Upper.JSON-not"):
+        store.append(session_id, "user", "hi")
+    (store.directory / "Shout.JSON").write_text("{}", encoding="utf-8")  # not a transcript's name
+
+    def no_glob(self: Path, pattern: str) -> Iterator[Path]:
+        raise AssertionError(f"globbed {self}/{pattern}")
+
+    monkeypatch.setattr(Path, "glob", no_glob)
+    assert _existing_case(store, "mychat") == "MyChat"
+    assert _existing_case(store, "other") == "other"
+    assert _existing_case(store, "shout") == "shout"
+    assert _existing_case(store, "new-key") == "new-key"

@@ -194,3 +194,40 @@ def test_the_answer_is_written_off_the_event_loop_segment_by_segment(
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
     assert messages[1]["content"] == "Reading." and messages[1]["tool_calls"][0]["tool"] == "read_file"
     assert messages[2]["content"] == "Done."
+
+
+def test_a_new_or_kept_session_history_is_taken_without_a_read_on_a_worker_thread(
+    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``start_turn`` takes the history of a session with no file, or whose file is the one the store
+    last wrote, on the event loop (one stat, no thread hop); a file another writer changed is read."""
+    store = services.sessions.store
+    reads: list[str] = []
+    real_load = store.load_for_agent
+
+    def counting_load(session_id: str) -> list[dict[str, str]]:
+        reads.append(session_id)
+        return real_load(session_id)
+
+    monkeypatch.setattr(store, "load_for_agent", counting_load)
+
+    def sent_to_model() -> list[tuple[str, str]]:
+        return [(m["role"], m["content"]) for m in llm.requests[-1]["messages"] if m["role"] != "system"]
+
+    async def turn(text: str) -> None:
+        run = await services.sessions.start_turn("kept", text, title=False)
+        await run.wait()
+        assert isinstance(run.log[-1], RunFinished)
+
+    async def scenario() -> None:
+        await turn("first")
+        assert sent_to_model() == [("user", "first")]
+        await turn("second")
+        assert sent_to_model() == [("user", "first"), ("assistant", "The answer."), ("user", "second")]
+        assert reads == []
+        TranscriptStore(store.directory, store.home).append("kept", "user", "from another writer")
+        await turn("third")
+        assert reads == ["kept"]
+        assert sent_to_model()[-2:] == [("user", "from another writer"), ("user", "third")]
+
+    asyncio.run(scenario())

@@ -75,12 +75,23 @@ class FileMemo(Generic[T]):
         """How many times a value was computed (not reused): what tests count."""
 
     def get(
-        self, path: Path, compute: Callable[[Path], T], variant: Hashable = None, *, keep: bool = True
+        self,
+        path: Path,
+        compute: Callable[[Path], T],
+        variant: Hashable = None,
+        *,
+        keep: bool = True,
+        absent: Callable[[Path], T] | None = None,
     ) -> T:
         """The value of ``compute(path)``, computed again only if the file changed (``keep=False``:
-        a value computed now is not kept, for one-off reads that should not push others out)."""
+        a value computed now is not kept, for one-off reads that should not push others out).
+        ``absent``: what to return (or raise) instead when there is no file, without trying to
+        read it."""
         key = (path, variant)
         signature = file_signature(path)
+        if signature is None and absent is not None:
+            self.forget(path, variant)
+            return absent(path)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:

@@ -49,6 +49,13 @@ def _inside(root: Path, path: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _inside_root(root: Path, resolved: Path) -> bool:
+    """Whether the real path ``resolved`` is inside ``root``. A real path has no symlink and no
+    ``..`` on the way, so if it lies under ``root`` as written, ``root`` is a real path too (its own
+    resolution): the root is resolved (a system call per name on the way) only when it is not."""
+    return _inside(root, resolved) or _inside(root.resolve(), resolved)
+
+
 def _check_lengths(user_path: str) -> None:
     try:
         encoded = os.fsencode(user_path)
@@ -67,7 +74,6 @@ def resolve_inside(root: Path, user_path: str | os.PathLike[str], *, single_link
     if "\x00" in raw:
         raise UnsafePath("path contains a NUL byte")
     _check_lengths(raw)
-    root = root.resolve()
     try:
         candidate = Path(raw.strip()).expanduser()
     except RuntimeError as exc:  # ~nosuchuser, or no home directory at all
@@ -78,7 +84,7 @@ def resolve_inside(root: Path, user_path: str | os.PathLike[str], *, single_link
         resolved = candidate.resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop, an unreadable directory
         raise UnsafePath(f"path {raw!r} cannot be resolved: {exc}") from exc
-    if not _inside(root, resolved):
+    if not _inside_root(root, resolved):
         raise PathOutsideRoot(f"path {raw!r} is outside the allowed directory")
     if single_link:
         refuse_multiply_linked(resolved)
@@ -113,21 +119,28 @@ def _fd_location(fd: int) -> Path | None:
     return None
 
 
-def _check_opened(root: Path, fd: int, shown: Path) -> None:
+def _check_opened(root: Path, fd: int, shown: Path) -> bool:
     """Refuse an opened file whose real location left ``root`` (a directory swapped for a symlink
-    between the check and the open)."""
+    between the check and the open); False when the platform cannot tell where it is."""
     location = _fd_location(fd)
-    if location is not None and not _inside(root.resolve(), location):
+    if location is None:
+        return False
+    if not _inside_root(root, location):
         raise PathOutsideRoot(f"{shown.name} moved outside the allowed directory while being opened")
+    return True
 
 
-def open_directory_inside(root: Path, directory: Path) -> int:
+def open_directory_inside(root: Path, directory: Path, *, resolved: bool = False) -> int:
     """An ``O_DIRECTORY`` descriptor of ``directory`` (checked inside ``root``), for ``*at`` calls
-    that then cannot be redirected by a symlink planted later. The caller closes it."""
-    resolved = resolve_inside(root, directory)
-    fd = os.open(resolved, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    that then cannot be redirected by a symlink planted later. The caller closes it. ``resolved``:
+    ``directory`` is what :func:`resolve_inside` just returned (or its parent), not resolved again;
+    the opened directory's real location is still checked (and where the platform cannot tell
+    it, the path is resolved and checked after all)."""
+    checked = directory if resolved else resolve_inside(root, directory)
+    fd = os.open(checked, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        _check_opened(root, fd, resolved)
+        if not _check_opened(root, fd, checked) and resolved:
+            resolve_inside(root, checked)
     except BaseException:
         os.close(fd)
         raise

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
-import secrets
 import stat
 import sys
 import threading
@@ -45,10 +45,11 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path, *, resolved: bool = False) -> Iterator[None]:
     """Serialise read-modify-write cycles on one file within this process. Only files in use have
-    a lock: a server that has written thousands of sessions does not keep one for each."""
-    key = str(path.resolve())
+    a lock: a server that has written thousands of sessions does not keep one for each. The lock is
+    the real path's (``resolved``: ``path`` is one already, not resolved again)."""
+    key = str(path if resolved else path.resolve())
     with _locks_guard:
         lock, users = _locks.setdefault(key, (threading.RLock(), [0]))
         users[0] += 1
@@ -73,32 +74,61 @@ def atomic_write_bytes(path: Path, data: bytes, *, root: Path | None = None) -> 
     """
     if root is not None:
         path = resolve_inside(root, path, single_link=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if root is not None:
-        dir_fd = open_directory_inside(root, path.parent)
-    else:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dir_fd = _open_directory(path.parent, root)
     try:
         return _write_and_rename(dir_fd, path.name, data)
     finally:
         os.close(dir_fd)
 
 
+def _open_directory(directory: Path, root: Path | None, *, create: bool = True) -> int:
+    """A descriptor of ``directory`` (already resolved inside ``root``, when given), created first
+    if it is missing."""
+    try:
+        if root is None:
+            return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return open_directory_inside(root, directory, resolved=True)
+    except FileNotFoundError:
+        if not create:
+            raise
+        directory.mkdir(parents=True, exist_ok=True)
+        return _open_directory(directory, root, create=False)
+
+
+_pid = os.getpid()
+"""This process's id (``os.getpid`` is a system call each time), renewed in a forked child."""
+
+
+def _renew_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_renew_pid)
+
+
 def _write_and_rename(dir_fd: int, name: str, data: bytes) -> os.stat_result:
+    """Write ``data`` to a new temp file in the directory, fsync it, rename it over ``name`` and
+    fsync the directory, in as few system calls as that takes (open, write, fsync, fstat, close,
+    rename, fsync): each lets another thread take the GIL, so a write beside a busy event loop
+    waits for it about once per call."""
     stem = name if len(name.encode("utf-8")) <= 200 else name[:50]
-    while True:
-        tmp_name = f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # see is_stale_temp_file
+    while True:  # random's generator, not the system's: a name only has to be new (O_EXCL checks)
+        tmp_name = f".{stem}.{_pid}.{random.getrandbits(32):08x}.tmp"  # see is_stale_temp_file
         try:
             fd = os.open(tmp_name, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
         except FileExistsError:
             continue
         break
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            status = os.fstat(handle.fileno())
+        try:
+            remaining = memoryview(data)
+            while remaining:
+                remaining = remaining[os.write(fd, remaining) :]
+            os.fsync(fd)
+            status = os.fstat(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):

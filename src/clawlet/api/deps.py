@@ -1,4 +1,8 @@
-"""Dependency aliases for route functions."""
+"""Dependency aliases for route functions.
+
+Each is a coroutine function although it only reads ``app.state``: FastAPI runs a plain function
+dependency on a worker thread (a hop to another thread and back, and the GIL handed over twice,
+before the endpoint even starts); a coroutine runs on the event loop."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from clawlet.inbox.service import InboxService
 from clawlet.services import Services, Workspaces
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
@@ -18,7 +22,7 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def get_workspaces(request: Request) -> Workspaces:
+async def get_workspaces(request: Request) -> Workspaces:
     workspaces: Workspaces = request.app.state.workspaces
     return workspaces
 
@@ -26,7 +30,7 @@ def get_workspaces(request: Request) -> Workspaces:
 WorkspacesDep = Annotated[Workspaces, Depends(get_workspaces)]
 
 
-def get_inbox(request: Request) -> InboxService:
+async def get_inbox(request: Request) -> InboxService:
     inbox: InboxService = request.app.state.inbox
     return inbox
 

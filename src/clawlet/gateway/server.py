@@ -49,6 +49,7 @@ import hmac
 import inspect
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -2006,13 +2007,19 @@ class GatewayServer:
 
 
 def _existing_case(store: TranscriptStore, session_id: str) -> str:
-    """Session keys are lower-cased; find a transcript stored with capitals (``MyChat``) anyway."""
+    """Session keys are lower-cased; find a transcript stored with capitals (``MyChat``) anyway.
+    A new key's search reads the names of the directory's entries, no more (no ``Path`` per
+    entry: a home with thousands of sessions would pay a millisecond per thousand on every new
+    ``chat.send``)."""
     try:
-        if store.exists(session_id) or not store.directory.is_dir():
+        if store.exists(session_id):
             return session_id
-        for path in store.directory.glob("*.json"):
-            if path.stem.lower() == session_id.lower():
-                return path.stem
+        wanted = session_id.lower()
+        with os.scandir(store.directory) as entries:
+            for entry in entries:
+                stem, dot_json, rest = entry.name.rpartition(".json")
+                if dot_json and not rest and stem.lower() == wanted:
+                    return stem
     except (OSError, InvalidSessionId):
         pass
     return session_id

@@ -428,7 +428,9 @@ class SessionManager:
                     )
                 else:
                     context = replace(context, approval_mode="deny")
-            history = await asyncio.to_thread(self.store.load_for_agent, session_id)
+            history = self.store.kept_for_agent(session_id)  # a new or a kept session: no thread hop
+            if history is None:
+                history = await asyncio.to_thread(self.store.load_for_agent, session_id)
             seed = prior if prior and not history else []
             history = history or list(seed)
             is_first = title and not any(item["role"] == "user" for item in history)

@@ -24,6 +24,7 @@ import logging
 import re
 import time
 import uuid
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
@@ -148,6 +149,19 @@ def _coerce(raw: Any, fallback_time: float) -> SessionData:
     return data
 
 
+def _not_found(path: Path) -> tuple[SessionData, bool]:
+    """No file for the session (a new one: not looked for through the path guard)."""
+    raise SessionNotFound(path.stem)
+
+
+class _NotKept(Exception):
+    """The session's file is not the one the store keeps parsed (:meth:`TranscriptStore.kept_for_agent`)."""
+
+
+def _not_kept(path: Path) -> tuple[SessionData, bool]:
+    raise _NotKept(path.stem)
+
+
 CACHED_TRANSCRIPTS = 256
 """How many parsed transcripts a store keeps at most (the most recently used)."""
 
@@ -164,6 +178,8 @@ class TranscriptStore:
         self.directory = directory
         self.home = home if home is not None else directory
         self.archive_directory = directory / "archive"
+        self.real_directory = directory.resolve()
+        """``directory``'s real path, resolved once: what each file's lock is named by."""
         self.parsed: FileMemo[tuple[SessionData, bool]] = FileMemo(
             max_entries=CACHED_TRANSCRIPTS, max_bytes=CACHED_TRANSCRIPT_BYTES
         )
@@ -171,6 +187,10 @@ class TranscriptStore:
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{validate_session_id(session_id)}.json"
+
+    def locked(self, path: Path) -> AbstractContextManager[None]:
+        """The lock every read-modify-write of the session file ``path`` (a :meth:`path_for`) holds."""
+        return file_lock(self.real_directory / path.name, resolved=True)
 
     def exists(self, session_id: str) -> bool:
         path = self.path_for(session_id)
@@ -191,7 +211,7 @@ class TranscriptStore:
             raise SessionCorrupt(path.stem) from exc
 
     def _read_versioned(self, path: Path) -> tuple[SessionData, bool]:
-        data, legacy = self.parsed.get(path, self._read_file)
+        data, legacy = self.parsed.get(path, self._read_file, absent=_not_found)
         return _copy(data), legacy
 
     def _read(self, path: Path) -> SessionData:
@@ -206,7 +226,7 @@ class TranscriptStore:
     def load(self, session_id: str) -> SessionData:
         """The whole session; a v1 file is migrated to v2 on disk the first time it is read."""
         path = self.path_for(session_id)
-        with file_lock(path):
+        with self.locked(path):
             data, legacy = self._read_versioned(path)
             if legacy:
                 self._write(path, data)
@@ -227,7 +247,7 @@ class TranscriptStore:
     def create(self, session_id: str | None = None, title: str = "") -> tuple[str, SessionData]:
         session_id = validate_session_id(session_id or uuid.uuid4().hex)
         path = self.path_for(session_id)
-        with file_lock(path):
+        with self.locked(path):
             if path.exists():
                 return session_id, self._read(path)
             data = _new_session(time.time())
@@ -261,7 +281,7 @@ class TranscriptStore:
 
     def _update(self, session_id: str, create: bool, change: Any) -> SessionData:
         path = self.path_for(session_id)
-        with file_lock(path):
+        with self.locked(path):
             try:
                 data = self._read(path)
             except SessionNotFound:
@@ -320,7 +340,7 @@ class TranscriptStore:
                 marked = True
 
         path = self.path_for(session_id)
-        with file_lock(path):  # the same lock _update takes: a check and a write with nothing between
+        with self.locked(path):  # the same lock _update takes: a check and a write with nothing between
             last = self._read(path)["messages"][-1:]
             if last and last[0]["role"] == "user":
                 self._update(session_id, False, change)
@@ -334,7 +354,7 @@ class TranscriptStore:
 
     def delete(self, session_id: str) -> None:
         path = self.path_for(session_id)
-        with file_lock(path):
+        with self.locked(path):
             try:
                 path.unlink()
             except FileNotFoundError as exc:
@@ -346,20 +366,40 @@ class TranscriptStore:
             data = self.load(session_id)
         except SessionNotFound:
             return []
-        merged: list[dict[str, str]] = []
-        if data["compressed_context"]:
-            merged.append({"role": "assistant", "content": f"{SUMMARY_PREFIX}\n{data['compressed_context']}"})
-        for message in data["messages"]:
-            role = message.get("role")
-            content = str(message.get("content") or "")
-            if role not in ("user", "assistant"):
-                continue
-            if merged and role == "assistant" and merged[-1]["role"] == "assistant":
-                joined = "\n\n".join(part for part in (merged[-1]["content"], content) if part)
-                merged[-1]["content"] = joined
-            else:
-                merged.append({"role": str(role), "content": content})
-        return merged
+        return _for_agent(data)
+
+    def kept_for_agent(self, session_id: str) -> list[dict[str, str]] | None:
+        """:meth:`load_for_agent` when nothing has to be read, for a caller on the event loop (one
+        ``stat``): ``[]`` for a session with no file, the history from the parsed copy when the
+        file is the one this store last wrote or read; ``None`` when it must be read (another
+        writer changed it, it was never read here, or it is still in the v1 format)."""
+        path = self.path_for(session_id)
+        try:
+            data, legacy = self.parsed.get(path, _not_kept, absent=_not_found)
+        except SessionNotFound:
+            return []
+        except _NotKept:
+            return None
+        return None if legacy else _for_agent(data)
+
+
+def _for_agent(data: SessionData) -> list[dict[str, str]]:
+    """The session's messages as :meth:`TranscriptStore.load_for_agent` gives them (``data`` is read,
+    not changed)."""
+    merged: list[dict[str, str]] = []
+    if data["compressed_context"]:
+        merged.append({"role": "assistant", "content": f"{SUMMARY_PREFIX}\n{data['compressed_context']}"})
+    for message in data["messages"]:
+        role = message.get("role")
+        content = str(message.get("content") or "")
+        if role not in ("user", "assistant"):
+            continue
+        if merged and role == "assistant" and merged[-1]["role"] == "assistant":
+            joined = "\n\n".join(part for part in (merged[-1]["content"], content) if part)
+            merged[-1]["content"] = joined
+        else:
+            merged.append({"role": str(role), "content": content})
+    return merged
 
 
 class CompressionConflict(Exception):
@@ -373,7 +413,7 @@ def archive_and_summarise(
     to ``compressed_context``. The archive is written before the session, so a crash in between
     duplicates messages at worst and never loses one. Returns (archived_count, remaining_count)."""
     path = store.path_for(session_id)
-    with file_lock(path):
+    with store.locked(path):
         data = store._read(path)
         count = len(archived)
         if data["messages"][:count] != archived:
