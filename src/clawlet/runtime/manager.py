@@ -570,7 +570,8 @@ class SessionManager:
                 # the turn is over: its paused state (if any) can never be continued
                 decision = {RunCancelled: "cancelled", RunFailed: "failed"}.get(type(outcome))
                 try:
-                    await asyncio.to_thread(self.approvals.clear, run.session_id, decision=decision)
+                    if self.approvals.holds_state(run.session_id):  # else nothing to clear: no hop
+                        await asyncio.to_thread(self.approvals.clear, run.session_id, decision=decision)
                 except OSError:
                     log.exception("could not clear the paused state of session %s", run.session_id)
             await run.publish(outcome)
