@@ -29,7 +29,7 @@ from typing import Any
 from clawlet import gcpolicy
 from clawlet.config import Settings
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.engine.titles import GeneratedTitle, generate_title
+from clawlet.engine.titles import GeneratedTitle, TitleWriter
 from clawlet.engine.tool_approvals import Decision, Resume
 from clawlet.events import (
     ApprovalRequested,
@@ -306,6 +306,7 @@ class SessionManager:
         self.runs: dict[str, Run] = {}
         self._claims: dict[str, SessionClaim] = {}
         self.approvals = ApprovalStore(store.directory, store.home)
+        self.titles = TitleWriter(settings)
 
     def is_running(self, session_id: str) -> bool:
         run = self.runs.get(session_id)
@@ -428,7 +429,9 @@ class SessionManager:
                     )
                 else:
                     context = replace(context, approval_mode="deny")
-            history = await asyncio.to_thread(self.store.load_for_agent, session_id)
+            # a new session has no history: one stat, no trip to a worker thread
+            exists = self.store.exists(session_id)
+            history = await asyncio.to_thread(self.store.load_for_agent, session_id) if exists else []
             seed = prior if prior and not history else []
             history = history or list(seed)
             is_first = title and not any(item["role"] == "user" for item in history)
@@ -616,7 +619,7 @@ class SessionManager:
         data = await asyncio.to_thread(self.store.load, session_id)
         if data["title"]:
             return None
-        made = await generate_title(self.settings, user_text, reply)
+        made = await self.titles.title(user_text, reply)
         await asyncio.to_thread(self.store.rename, session_id, made.title)
         return made
 
