@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from clawlet.config import Settings
+from clawlet.gateway import server as server_module
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
 from tests.conftest import LiveServer
 from tests.support.gateway_schema import ProtocolSchema
@@ -298,3 +299,21 @@ async def test_reset_stops_a_running_turn_and_a_paused_one(
         )
         assert again["status"] == "started"
         assert (await client.run_events("p2"))[-1]["state"] == "final"
+
+
+async def test_a_key_of_a_stored_session_is_resolved_without_a_worker_thread(
+    scripted: LiveServer, schema: ProtocolSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searched: list[str] = []
+    search = server_module._existing_case
+
+    def counted(store: Any, session_id: str) -> str:
+        searched.append(session_id)
+        return search(store, session_id)
+
+    monkeypatch.setattr(server_module, "_existing_case", counted)
+    async with gateway(scripted, schema, scopes=(READ, WRITE)) as client:
+        await chat(client, "agent:main:kept", "one", "run-1")
+        assert searched == ["kept"]  # new: its directory is searched for another spelling
+        await chat(client, "agent:main:kept", "two", "run-2")
+        assert searched == ["kept"]  # stored under that very name: one stat
