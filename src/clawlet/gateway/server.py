@@ -1729,7 +1729,8 @@ class GatewayServer:
     async def _stream(self, gateway_run: GatewayRun) -> RunWaiting | None:
         """Stream one clawlet run; its ``RunWaiting`` if it paused, else None (terminal event sent)."""
         stream = GatewayStream(self, gateway_run)
-        await stream.consume(gateway_run.run.events(keepalive=self.delta_interval))
+        # the chat events carry the reply so far (RunText), not each chunk: piled-up chunks come as one
+        await stream.consume(gateway_run.run.events(keepalive=self.delta_interval, merge_text=True))
         return stream.end if isinstance(stream.end, RunWaiting) else None
 
     def _broadcast_terminal(self, gateway_run: GatewayRun, payload: ChatState) -> None:
