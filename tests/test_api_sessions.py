@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from clawlet.config import Settings
+from clawlet.engine import titles
 from tests.conftest import LiveServer, parse_sse
 from tests.support.transcripts import calls_shown
 
@@ -134,6 +135,24 @@ def test_generate_title(server: LiveServer) -> None:
     assert response.json() == {"session_id": session_id, "title": "print(6"}
     assert httpx.get(f"{server.url}/api/sessions/{session_id}/history").json()["title"] == "print(6"
     assert_error(httpx.post(f"{server.url}/api/sessions/nope/generate-title"), 404, "not_found")
+
+
+def test_titles_are_asked_of_one_model(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[object] = []
+    build = titles.build_chat_model
+
+    def counted(settings: Settings, **options: Any) -> Any:
+        built.append(options)
+        return build(settings, **options)
+
+    monkeypatch.setattr(titles, "build_chat_model", counted)
+    for message in ("python: print(1)", "python: print(2)"):
+        events = parse_sse(httpx.post(f"{server.url}/api/chat", json={"message": message}, timeout=60).text)
+        assert [name for name, _ in events][-1] == "title"
+    session_id = dict(events)["done"]["session_id"]
+    response = httpx.post(f"{server.url}/api/sessions/{session_id}/generate-title", timeout=30)
+    assert response.status_code == 200, response.text
+    assert built == [{"temperature": 0.3}]  # before: one model built per title
 
 
 def test_cancel_with_nothing_running(server: LiveServer) -> None:

@@ -44,3 +44,19 @@ def test_compare_runs_every_path_in_both_phases(tmp_path: Path) -> None:
     assert not any(cell.startswith("+") for cell in rows["direct +2 turns"][3:])  # a baseline: nothing added
     assert "load average at start" in done.stdout
     assert "litellm" not in done.stdout
+
+
+def test_burst_ab_runs_every_path_for_both_trees(tmp_path: Path) -> None:
+    """``bench/burst_ab.py``, tiny: both servers answer every path's burst with no error."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    )
+    src = str(ROOT / "src")
+    command = [sys.executable, str(ROOT / "bench" / "burst_ab.py"), src, src]
+    command += ["--rounds", "1", "--concurrency", "2", "--chunks", "5", "--delay", "0"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip()}
+    for path in ("v1", "api/chat", "api/agent", "chat.send"):
+        assert rows[path][-1] == "0", done.stdout  # errors

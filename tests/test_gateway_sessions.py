@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from clawlet.config import Settings
+from clawlet.gateway import server as server_module
 from clawlet.gateway.server import _existing_case
 from clawlet.sessions.store import TranscriptStore
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, text_turn
@@ -322,3 +323,21 @@ def test_a_session_key_finds_a_capitalised_transcript_by_the_names_alone(
     assert _existing_case(store, "other") == "other"
     assert _existing_case(store, "shout") == "shout"
     assert _existing_case(store, "new-key") == "new-key"
+
+
+async def test_a_key_of_a_stored_session_is_resolved_without_a_worker_thread(
+    scripted: LiveServer, schema: ProtocolSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searched: list[str] = []
+    search = server_module._existing_case
+
+    def counted(store: Any, session_id: str) -> str:
+        searched.append(session_id)
+        return search(store, session_id)
+
+    monkeypatch.setattr(server_module, "_existing_case", counted)
+    async with gateway(scripted, schema, scopes=(READ, WRITE)) as client:
+        await chat(client, "agent:main:kept", "one", "run-1")
+        assert searched == ["kept"]  # new: its directory is searched for another spelling
+        await chat(client, "agent:main:kept", "two", "run-2")
+        assert searched == ["kept"]  # stored under that very name: one stat

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
+
 from clawlet.config import Settings
 from clawlet.events import (
     Event,
@@ -134,3 +136,23 @@ async def test_the_runtime_is_given_the_write_of_the_user_message(settings: Sett
     (message,) = runtime.messages
     assert message.written is not None and message.written.done()
     assert manager.store.load("s1")["messages"][0]["content"] == "hello"
+
+
+async def test_a_new_session_loads_no_history_through_a_worker_thread(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager, runtime = manager_with(settings, read_and_answer)
+    loads: list[str] = []
+    load_for_agent = TranscriptStore.load_for_agent
+
+    def counted(store: TranscriptStore, session_id: str) -> list[dict[str, str]]:
+        loads.append(session_id)
+        return load_for_agent(store, session_id)
+
+    monkeypatch.setattr(TranscriptStore, "load_for_agent", counted)
+    await finished(await manager.start_turn("fresh", "first?", title=False))
+    assert loads == []  # no transcript yet: one stat says the history is empty
+    assert runtime.messages[-1].history == []
+    await finished(await manager.start_turn("fresh", "second?", title=False))
+    assert loads == ["fresh"]
+    assert [item["role"] for item in runtime.messages[-1].history] == ["user", "assistant"]

@@ -3,8 +3,9 @@
 The body uses the seed's fields (``prompt``, ``session-id``, ``workspace``, ``system-prompt``,
 ``dangerously-skip-permissions``, ``allowed-tools``, ``disallowed-tools``, ``files``). The answer
 streams clawlet's own events as SSE JSON lines: a ``system``/``init`` line, one line per event
-(``text_delta``, ``tool_start``, ``tool_end``, ``new_segment``, ``usage``, ...) and a final
-``result`` line (plus an ``error`` line when the run fails).
+(``text_delta``, ``tool_start``, ``tool_end``, ``new_segment``, ``usage``, ...; text that piled up
+while the stream was busy comes as one ``text_delta``, as on ``/v1``) and a final ``result`` line
+(plus an ``error`` line when the run fails).
 
 It cannot ask the user anything: tools whose approval policy is ``ask`` are denied unless
 ``dangerously-skip-permissions`` is true (then they run without asking); the ``init`` line says so
@@ -216,5 +217,5 @@ async def run_agent(body: AgentRequest, workspaces: WorkspacesDep) -> SseRespons
         "permission_mode": "skip" if body.skip_permissions else "deny",
         "permissions": permission_note(resolved),
     }
-    events = run.events(keepalive=KEEPALIVE_SECONDS)
+    events = run.events(keepalive=KEEPALIVE_SECONDS, merge_text=True)
     return NativeStream(session_id, init).response(events, {"X-Session-ID": session_id})

@@ -42,9 +42,9 @@ from langgraph.types import Command, Durability
 
 from clawlet.config import ApprovalPolicy, RuntimeConfig, Settings
 from clawlet.engine import tracing
-from clawlet.engine.checkpointer import LocalCheckpointer
 from clawlet.engine.client_tool_middleware import ClientToolMiddleware
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
+from clawlet.engine.held_checkpoints import HeldCheckpointer
 from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
@@ -251,7 +251,7 @@ class AgentEngine:
         base = self.build_agent()
         cached = self._pausable.get(pause.directory)
         if cached is None or cached[0] is not base:
-            cached = (base, base.copy({"checkpointer": LocalCheckpointer(pause.directory)}))
+            cached = (base, base.copy({"checkpointer": HeldCheckpointer(pause.directory)}))
             self._pausable[pause.directory] = cached
         return cached[1]
 
@@ -390,86 +390,100 @@ class AgentEngine:
                 if not isinstance(saver, BaseCheckpointSaver):
                     raise RuntimeError("a pausable agent has no checkpointer")
                 await saver.adelete_thread(pause.thread_id)
-        tools_ran = interrupted = truncated = False
-        # a structured answer is shown once validated (from the model step's result), never its drafts
-        structured = context.response_format is not None
-        input_tokens = output_tokens = 0
-        # with a list of stream modes, LangGraph yields (mode, payload) pairs
-        parts = cast(
-            AsyncIterator[tuple[str, Any]],
-            agent.astream(
-                inputs,
-                config=config,
-                context=context,
-                stream_mode=["messages", "updates"],
-                durability=durability,
-            ),
-        )
-        async for mode, payload in parts:
-            if mode == "messages":
-                chunk, metadata = payload
-                if not isinstance(chunk, AIMessageChunk) or metadata.get("langgraph_node") != MODEL_NODE:
-                    continue
-                if chunk.usage_metadata:
-                    input_tokens += chunk.usage_metadata.get("input_tokens", 0)
-                    output_tokens += chunk.usage_metadata.get("output_tokens", 0)
-                reasoning = chunk.additional_kwargs.get("reasoning_content")
-                if isinstance(reasoning, str) and reasoning:
-                    yield Thinking(reasoning)
-                text = "" if structured else chunk.text
-                if text:
-                    if tools_ran:
-                        tools_ran = False
-                        yield NewSegment()
-                    yield TextDelta(text)
-                    release.passed_on()
-                continue
-            for node, update in payload.items():
-                if node == INTERRUPT_KEY:
-                    interrupted = True  # the pending items are read from the saved state below
-                    continue
-                for item in (update or {}).get("messages", []) if isinstance(update, dict) else []:
-                    if node == TOOLS_NODE and isinstance(item, ToolMessage):
-                        if item.tool_call_id in already_reported:
-                            # a resumed step replays the results of its calls that ran before
-                            # the pause: they were reported (and saved) then
-                            continue
-                        yield ToolEnd(
-                            tool=item.name or "tool",
-                            output=item.text,
-                            call_id=item.tool_call_id,
-                            is_error=item.status == "error",
-                        )
-                        tools_ran = True
-                    elif isinstance(item, AIMessage):
-                        if node == MODEL_NODE:
-                            truncated = cut_by_cap(item)  # the last model call's end counts
-                            if structured and item.text and not item.tool_calls:
-                                yield TextDelta(item.text)
-                        if node != MODEL_NODE and item.text:
-                            # A middleware ended the run with a notice (e.g. the model-call cap).
-                            if tools_ran:
-                                tools_ran = False
-                                yield NewSegment()
-                            yield TextDelta(self.readable_notice(node, item.text))
-                        if item.tool_calls and tools_ran:
+        # The run's state is written only if it pauses (nothing else is continued from): the saver
+        # holds LangGraph's exit checkpoint until the run says which (HeldCheckpointer).
+        holder: HeldCheckpointer | None = None
+        if pause is not None and isinstance(agent.checkpointer, HeldCheckpointer):
+            holder = agent.checkpointer
+            holder.hold(pause.thread_id)
+        try:
+            tools_ran = interrupted = truncated = False
+            # a structured answer is shown once validated (from the model step's result), never its drafts
+            structured = context.response_format is not None
+            input_tokens = output_tokens = 0
+            # with a list of stream modes, LangGraph yields (mode, payload) pairs
+            parts = cast(
+                AsyncIterator[tuple[str, Any]],
+                agent.astream(
+                    inputs,
+                    config=config,
+                    context=context,
+                    stream_mode=["messages", "updates"],
+                    durability=durability,
+                ),
+            )
+            async for mode, payload in parts:
+                if mode == "messages":
+                    chunk, metadata = payload
+                    if not isinstance(chunk, AIMessageChunk) or metadata.get("langgraph_node") != MODEL_NODE:
+                        continue
+                    if chunk.usage_metadata:
+                        input_tokens += chunk.usage_metadata.get("input_tokens", 0)
+                        output_tokens += chunk.usage_metadata.get("output_tokens", 0)
+                    reasoning = chunk.additional_kwargs.get("reasoning_content")
+                    if isinstance(reasoning, str) and reasoning:
+                        yield Thinking(reasoning)
+                    text = "" if structured else chunk.text
+                    if text:
+                        if tools_ran:
                             tools_ran = False
                             yield NewSegment()
-                        for call in item.tool_calls:
-                            yield ToolStart(
-                                tool=call["name"],
-                                input=render_tool_input(call["args"]),
-                                call_id=call.get("id") or "",
+                        yield TextDelta(text)
+                        release.passed_on()
+                    continue
+                for node, update in payload.items():
+                    if node == INTERRUPT_KEY:
+                        interrupted = True  # the pending items are read from the saved state below
+                        continue
+                    for item in (update or {}).get("messages", []) if isinstance(update, dict) else []:
+                        if node == TOOLS_NODE and isinstance(item, ToolMessage):
+                            if item.tool_call_id in already_reported:
+                                # a resumed step replays the results of its calls that ran before
+                                # the pause: they were reported (and saved) then
+                                continue
+                            yield ToolEnd(
+                                tool=item.name or "tool",
+                                output=item.text,
+                                call_id=item.tool_call_id,
+                                is_error=item.status == "error",
                             )
-        if input_tokens or output_tokens or truncated:
-            yield Usage(input_tokens=input_tokens, output_tokens=output_tokens, truncated=truncated)
-        if pause is not None and interrupted:
-            state = await agent.aget_state(config)
-            waiting = [found for found in map(pending_from_interrupt, state.interrupts) if found is not None]
-            if len(waiting) != len(state.interrupts):
-                raise RuntimeError("the run stopped at an interrupt clawlet does not know")
-            if waiting:
-                for found in waiting:
-                    if found.approval_id not in waiting_before:
-                        yield found
-                yield RunWaiting(session_id="", content="", pending=waiting)
+                            tools_ran = True
+                        elif isinstance(item, AIMessage):
+                            if node == MODEL_NODE:
+                                truncated = cut_by_cap(item)  # the last model call's end counts
+                                if structured and item.text and not item.tool_calls:
+                                    yield TextDelta(item.text)
+                            if node != MODEL_NODE and item.text:
+                                # A middleware ended the run with a notice (e.g. the model-call cap).
+                                if tools_ran:
+                                    tools_ran = False
+                                    yield NewSegment()
+                                yield TextDelta(self.readable_notice(node, item.text))
+                            if item.tool_calls and tools_ran:
+                                tools_ran = False
+                                yield NewSegment()
+                            for call in item.tool_calls:
+                                yield ToolStart(
+                                    tool=call["name"],
+                                    input=render_tool_input(call["args"]),
+                                    call_id=call.get("id") or "",
+                                )
+            if input_tokens or output_tokens or truncated:
+                yield Usage(input_tokens=input_tokens, output_tokens=output_tokens, truncated=truncated)
+            if pause is not None and interrupted:
+                if holder is not None:
+                    await holder.commit(pause.thread_id)
+                state = await agent.aget_state(config)
+                waiting = [
+                    found for found in map(pending_from_interrupt, state.interrupts) if found is not None
+                ]
+                if len(waiting) != len(state.interrupts):
+                    raise RuntimeError("the run stopped at an interrupt clawlet does not know")
+                if waiting:
+                    for found in waiting:
+                        if found.approval_id not in waiting_before:
+                            yield found
+                    yield RunWaiting(session_id="", content="", pending=waiting)
+        finally:
+            if holder is not None and pause is not None:
+                holder.discard(pause.thread_id)

@@ -126,6 +126,11 @@ def decode_name(name: str) -> str | None:
     return value if encode_name(value) == name else None
 
 
+def thread_directory(root: Path, thread_id: str) -> Path:
+    """Where the saver rooted at ``root`` keeps ``thread_id``'s checkpoints."""
+    return root / f"{_THREAD_PREFIX}{encode_name(str(thread_id))}"
+
+
 # -- typed values ----------------------------------------------------------------------------
 
 
@@ -247,7 +252,7 @@ class LocalCheckpointer(BaseCheckpointSaver[str]):
     # -- paths ---------------------------------------------------------------------------------
 
     def thread_dir(self, thread_id: str) -> Path:
-        return self.root / f"{_THREAD_PREFIX}{encode_name(str(thread_id))}"
+        return thread_directory(self.root, thread_id)
 
     def _ns_dir(self, thread_id: str, checkpoint_ns: str) -> Path:
         return self.thread_dir(thread_id) / f"{_NS_PREFIX}{encode_name(checkpoint_ns)}"

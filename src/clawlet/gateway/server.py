@@ -1086,7 +1086,9 @@ class GatewayServer:
         """Session key → agent, its services and the transcript id."""
         agent_id, rest = parse_session_key(key)
         services = await self._services_for(agent_id)
-        session_id = await asyncio.to_thread(_existing_case, services.transcripts, session_id_for(rest))
+        session_id = session_id_for(rest)
+        if not _stored_as_named(services.transcripts, session_id):  # else a search of the directory
+            session_id = await asyncio.to_thread(_existing_case, services.transcripts, session_id)
         return Target(f"agent:{agent_id}:{rest}", agent_id, session_id, services)
 
     # -- methods ----------------------------------------------------------------------------------
@@ -1728,7 +1730,8 @@ class GatewayServer:
     async def _stream(self, gateway_run: GatewayRun) -> RunWaiting | None:
         """Stream one clawlet run; its ``RunWaiting`` if it paused, else None (terminal event sent)."""
         stream = GatewayStream(self, gateway_run)
-        await stream.consume(gateway_run.run.events(keepalive=self.delta_interval))
+        # the chat events carry the reply so far (RunText), not each chunk: piled-up chunks come as one
+        await stream.consume(gateway_run.run.events(keepalive=self.delta_interval, merge_text=True))
         return stream.end if isinstance(stream.end, RunWaiting) else None
 
     def _broadcast_terminal(self, gateway_run: GatewayRun, payload: ChatState) -> None:
@@ -2004,6 +2007,15 @@ class GatewayServer:
 
 
 # -- transcripts -----------------------------------------------------------------------------------
+
+
+def _stored_as_named(store: TranscriptStore, session_id: str) -> bool:
+    """Whether the transcript is stored under exactly this id (one ``stat``, on the event loop): a
+    key of an existing session needs no search for another spelling."""
+    try:
+        return store.exists(session_id)
+    except (OSError, InvalidSessionId):
+        return False
 
 
 def _existing_case(store: TranscriptStore, session_id: str) -> str:

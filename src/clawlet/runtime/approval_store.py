@@ -179,6 +179,13 @@ class ApprovalStore:
         self._delete_checkpoints(session_id)
         return left
 
+    def holds_state(self, session_id: str) -> bool:
+        """Whether the session has a record or a paused graph state (two ``stat`` calls): a turn
+        that never paused leaves neither, and then :meth:`clear` has nothing to do."""
+        from clawlet.engine.checkpointer import thread_directory  # LangGraph: not at server start
+
+        return self.path_for(session_id).exists() or thread_directory(self.checkpoints, session_id).exists()
+
     def _delete_checkpoints(self, session_id: str) -> None:
         from clawlet.engine.checkpointer import LocalCheckpointer  # LangGraph: not at server start
 

@@ -29,7 +29,7 @@ from typing import Any
 from clawlet import gcpolicy
 from clawlet.config import Settings
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
-from clawlet.engine.titles import GeneratedTitle, generate_title
+from clawlet.engine.titles import GeneratedTitle, TitleWriter
 from clawlet.engine.tool_approvals import Decision, Resume
 from clawlet.events import (
     ApprovalRequested,
@@ -306,6 +306,7 @@ class SessionManager:
         self.runs: dict[str, Run] = {}
         self._claims: dict[str, SessionClaim] = {}
         self.approvals = ApprovalStore(store.directory, store.home)
+        self.titles = TitleWriter(settings)
 
     def is_running(self, session_id: str) -> bool:
         run = self.runs.get(session_id)
@@ -572,7 +573,8 @@ class SessionManager:
                 # the turn is over: its paused state (if any) can never be continued
                 decision = {RunCancelled: "cancelled", RunFailed: "failed"}.get(type(outcome))
                 try:
-                    await asyncio.to_thread(self.approvals.clear, run.session_id, decision=decision)
+                    if self.approvals.holds_state(run.session_id):  # else nothing to clear: no hop
+                        await asyncio.to_thread(self.approvals.clear, run.session_id, decision=decision)
                 except OSError:
                     log.exception("could not clear the paused state of session %s", run.session_id)
             await run.publish(outcome)
@@ -617,7 +619,7 @@ class SessionManager:
         data = await asyncio.to_thread(self.store.load, session_id)
         if data["title"]:
             return None
-        made = await generate_title(self.settings, user_text, reply)
+        made = await self.titles.title(user_text, reply)
         await asyncio.to_thread(self.store.rename, session_id, made.title)
         return made
 

@@ -9,7 +9,6 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 
 from clawlet.api.deps import ServicesDep
-from clawlet.engine.titles import generate_title
 from clawlet.errors import ApiError
 from clawlet.runtime.session_errors import corrupt_error
 from clawlet.services import Services
@@ -123,7 +122,7 @@ async def generate_session_title(session_id: str, services: ServicesDep) -> dict
     if user is None:
         raise ApiError(409, "no_messages", "the session has no user message to title yet")
     reply = next((m for m in data["messages"] if m["role"] == "assistant" and not m.get("interrupted")), None)
-    made = await generate_title(services.settings, user["content"], reply["content"] if reply else "")
+    made = await services.sessions.titles.title(user["content"], reply["content"] if reply else "")
     await asyncio.to_thread(services.transcripts.rename, session_id, made.title)
     return {"session_id": session_id, "title": made.title}
 
