@@ -155,6 +155,18 @@ def test_titles_are_asked_of_one_model(server: LiveServer, monkeypatch: pytest.M
     assert built == [{"temperature": 0.3}]  # before: one model built per title
 
 
+def test_the_title_model_is_built_anew_for_replaced_settings() -> None:
+    """An exec plane's ``init`` replaces the manager's settings (the model and keys come later):
+    titles then use the new model, not the one kept from before."""
+    writer = titles.TitleWriter()
+    first = Settings(provider="openai", llm_base_url="http://127.0.0.1:9/v1", llm_model="a", llm_api_key="k")
+    model = writer.model(first)
+    assert writer.model(first) is model
+    replaced = first.model_copy(update={"llm_model": "b"})
+    assert writer.model(replaced) is not model
+    assert getattr(writer.model(replaced), "model_name", None) == "b"
+
+
 def test_cancel_with_nothing_running(server: LiveServer) -> None:
     session_id = httpx.post(f"{server.url}/api/sessions").json()["id"]
     response = httpx.post(f"{server.url}/api/sessions/{session_id}/cancel")

@@ -43,14 +43,21 @@ class GeneratedTitle:
 
 
 class TitleWriter:
-    """Asks the model for session titles: one model, built at the first title and kept (models
-    keep no state between calls; building one per title cost ~3 ms of CPU a workbench turn)."""
+    """Asks the model for session titles: one model, built at the first title and kept while the
+    settings are the same object (models keep no state between calls; building one per title cost
+    ~3 ms of CPU a workbench turn). Settings replaced (an exec plane's ``init`` gives the model and
+    keys later) build the model anew."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._model: BaseChatModel | None = None
+    def __init__(self) -> None:
+        self._built: tuple[Settings, BaseChatModel] | None = None
 
-    async def title(self, user_message: str, assistant_reply: str) -> GeneratedTitle:
+    def model(self, settings: Settings) -> BaseChatModel:
+        """The title model for ``settings``."""
+        if self._built is None or self._built[0] is not settings:
+            self._built = (settings, build_chat_model(settings, temperature=0.3))
+        return self._built[1]
+
+    async def title(self, settings: Settings, user_message: str, assistant_reply: str) -> GeneratedTitle:
         """Ask the model for a title; fall back to the start of the user's message on any failure."""
         from langchain_core.messages import (  # not at server start (see clawlet.cli)
             HumanMessage,
@@ -60,9 +67,8 @@ class TitleWriter:
         conversation = f"user: {user_message[:1000]}\nassistant: {assistant_reply[:1000]}"
         input_tokens = output_tokens = 0
         try:
-            if self._model is None:
-                self._model = build_chat_model(self.settings, temperature=0.3)
-            reply = await self._model.ainvoke([SystemMessage(TITLE_PROMPT), HumanMessage(conversation)])
+            model = self.model(settings)
+            reply = await model.ainvoke([SystemMessage(TITLE_PROMPT), HumanMessage(conversation)])
             usage = getattr(reply, "usage_metadata", None) or {}
             input_tokens, output_tokens = (
                 int(usage.get("input_tokens", 0)),

@@ -306,7 +306,7 @@ class SessionManager:
         self.runs: dict[str, Run] = {}
         self._claims: dict[str, SessionClaim] = {}
         self.approvals = ApprovalStore(store.directory, store.home)
-        self.titles = TitleWriter(settings)
+        self.titles = TitleWriter()
 
     def is_running(self, session_id: str) -> bool:
         run = self.runs.get(session_id)
@@ -619,7 +619,7 @@ class SessionManager:
         data = await asyncio.to_thread(self.store.load, session_id)
         if data["title"]:
             return None
-        made = await self.titles.title(user_text, reply)
+        made = await self.titles.title(self.settings, user_text, reply)
         await asyncio.to_thread(self.store.rename, session_id, made.title)
         return made
 

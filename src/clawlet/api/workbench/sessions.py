@@ -122,7 +122,8 @@ async def generate_session_title(session_id: str, services: ServicesDep) -> dict
     if user is None:
         raise ApiError(409, "no_messages", "the session has no user message to title yet")
     reply = next((m for m in data["messages"] if m["role"] == "assistant" and not m.get("interrupted")), None)
-    made = await services.sessions.titles.title(user["content"], reply["content"] if reply else "")
+    sessions = services.sessions
+    made = await sessions.titles.title(sessions.settings, user["content"], reply["content"] if reply else "")
     await asyncio.to_thread(services.transcripts.rename, session_id, made.title)
     return {"session_id": session_id, "title": made.title}
 
