@@ -210,6 +210,31 @@ async def test_history_reasoning_and_usage_reach_the_events(settings: Settings) 
     ]
 
 
+async def test_history_messages_carry_ids_of_their_place(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history reaches the model with ids of its place in the transcript, so LangGraph's
+    ``add_messages`` draws no random UUID for each earlier message every turn (only for the new one)."""
+    import uuid
+
+    drawn: list[uuid.UUID] = []
+    uuid4 = uuid.uuid4
+
+    def counting() -> uuid.UUID:
+        drawn.append(uuid4())
+        return drawn[-1]
+
+    engine = engine_with(settings, lambda messages, info: "fine")
+    history = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"m{n}"} for n in range(40)]
+    await turn(engine, "warm-up")  # whatever a first turn sets up once
+    monkeypatch.setattr(uuid, "uuid4", counting)
+    await turn(engine, "and now?", history)
+    monkeypatch.undo()
+
+    messages, _info = calls_of(engine)[-1]
+    assert [m.id for m in messages[1:-1]] == [f"history-{n}" for n in range(40)]
+    assert [m.text for m in messages[1:-1]] == [f"m{n}" for n in range(40)]
+    assert len(drawn) < 40
+
+
 async def test_a_failing_model_call_fails_the_turn(settings: Settings) -> None:
     def broken(messages: list[BaseMessage], info: CallInfo) -> Reply:
         raise ConnectionError("the provider is down")

@@ -26,6 +26,7 @@ from langchain_core.messages import (
 )
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
+from langchain_openai.chat_models import base as openai_base
 from openai._base_client import BaseClient
 from openai._utils import async_maybe_transform
 from openai.resources.chat.completions import completions as sdk_completions
@@ -440,6 +441,21 @@ REQUESTS: dict[str, list[BaseMessage]] = {
         )
     ],
     "50 turns": [*history(50), HumanMessage("Summarise.")],
+    "answers": [
+        SystemMessage("Be brief."),
+        HumanMessage("写一首诗"),
+        AIMessage("床前明月光，疑是地上霜。" * 40, name="poet"),
+        HumanMessage("And the weather?"),
+        AIMessage(
+            "Let me look.",
+            tool_calls=[{"name": "get_weather", "args": {"city": "北京"}, "id": "call_a"}],
+        ),
+        ToolMessage('{"sky": "clear"}', tool_call_id="call_a"),
+        AIMessage([{"type": "text", "text": "Clear "}, {"type": "text", "text": "skies."}]),
+        AIMessage("Spoken.", additional_kwargs={"audio": {"id": "audio_1", "data": "…"}}),
+        AIMessage(" "),
+        HumanMessage("Thanks."),
+    ],
 }
 BINDINGS: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -486,8 +502,8 @@ def sent_bodies(family: str, stream_usage: bool, request: str, binding: str) -> 
 @pytest.mark.parametrize("stream_usage", [True, False])
 @pytest.mark.parametrize(
     ("request_name", "binding"),
-    [(name, binding) for name in REQUESTS if name != "50 turns" for binding in BINDINGS]
-    + [("50 turns", "tools")],
+    [(name, binding) for name in REQUESTS if name not in ("50 turns", "answers") for binding in BINDINGS]
+    + [("50 turns", "tools"), ("answers", "plain"), ("answers", "tools")],
 )
 def test_sends_the_request_body_the_stock_model_sends(
     family: str, stream_usage: bool, request_name: str, binding: str
@@ -502,6 +518,48 @@ def test_sends_the_request_body_the_stock_model_sends(
     if request_name == "images":
         parts = sent["messages"][0]["content"]
         assert [part["type"] for part in parts] == ["text", "image_url", "image_url", "image_url"]
+
+
+@pytest.mark.parametrize("family", ["openai", "deepseek"])
+def test_an_earlier_answers_text_is_not_read_character_by_character(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangChain's message conversion walks an assistant message's content block by block, which on
+    text is character by character (every turn, for every earlier answer): clawlet's models hand it
+    each answer without its text and put the text back, so the body is the stock one
+    (test_sends_the_request_body_the_stock_model_sends) and LangChain never walks a long answer."""
+    convert = openai_base._convert_message_to_dict
+    walked: list[int] = []
+
+    def recording(message: BaseMessage, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if isinstance(message, AIMessage) and isinstance(message.content, str):
+            walked.append(len(message.content))
+        return convert(message, *args, **kwargs)
+
+    monkeypatch.setattr(openai_base, "_convert_message_to_dict", recording)
+    with ScriptedOpenAIServer(lambda body: text_turn("Ok.", chunks=2)) as upstream:
+        stock, plain = models(upstream, family)
+
+        async def run() -> None:
+            for model in (stock, plain):
+                async for _chunk in model.astream(REQUESTS["answers"]):
+                    pass
+
+        asyncio.run(run())
+        stock_walked, plain_walked = walked[: len(walked) // 2], walked[len(walked) // 2 :]
+        assert max(stock_walked) == len("床前明月光，疑是地上霜。" * 40)
+        assert plain_walked == [0] * len(plain_walked) and len(plain_walked) == len(stock_walked)
+        assert upstream.requests[0] == upstream.requests[1]
+
+
+def test_a_responses_api_body_is_the_stock_one() -> None:
+    """The Responses API's body is no list of chat messages: it is LangChain's, built from the
+    messages as they were."""
+    stock = ChatOpenAI(model="m", api_key="k", use_responses_api=True)
+    plain = PlainChunkChatOpenAI(model="m", api_key="k", use_responses_api=True)
+    messages = REQUESTS["answers"][:3]
+    assert plain._get_request_payload(messages) == stock._get_request_payload(messages)
+    assert "床前明月光" in json.dumps(plain._get_request_payload(messages), ensure_ascii=False)
 
 
 @pytest.fixture

@@ -123,12 +123,14 @@ def cut_by_cap(message: BaseMessage) -> bool:
 
 
 def to_langchain_messages(history: Sequence[dict[str, str]]) -> list[BaseMessage]:
+    """The transcript's user and assistant messages, each with an id of its place in the history
+    (LangGraph's ``add_messages`` would otherwise draw a random UUID for every one, every turn)."""
     messages: list[BaseMessage] = []
-    for item in history:
+    for index, item in enumerate(history):
         if item["role"] == "user":
-            messages.append(HumanMessage(item["content"]))
+            messages.append(HumanMessage(item["content"], id=f"history-{index}"))
         elif item["role"] == "assistant":
-            messages.append(AIMessage(item["content"]))
+            messages.append(AIMessage(item["content"], id=f"history-{index}"))
     return messages
 
 

@@ -34,6 +34,7 @@ from functools import cache
 from types import TracebackType
 from typing import Any, Self, cast, get_args, get_type_hints
 
+from langchain_core.language_models import LanguageModelInput
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
 from langchain_openai.chat_models.base import BaseChatOpenAI
@@ -46,6 +47,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsStr
 from pydantic import model_validator
 from typing_extensions import is_typeddict
 
+from clawlet.llm.assistant_text import build_payload
 from clawlet.llm.chunk_join import MAX_JOINED, join_into, text_of
 from clawlet.llm.sse_chunks import SseChunks
 from clawlet.ready_now import Suspended, step_once
@@ -261,21 +263,35 @@ def relay_plain_chunks(model: BaseChatOpenAI, timeout: float | None = None) -> N
 
 
 class PlainChunkChatOpenAI(ChatOpenAI):
-    """``ChatOpenAI`` relaying streamed chunks as plain dicts (see the module docstring)."""
+    """``ChatOpenAI`` relaying streamed chunks as plain dicts (see the module docstring), its request
+    built without reading earlier answers character by character (:mod:`clawlet.llm.assistant_text`)."""
 
     @model_validator(mode="after")
     def _relay_plain_chunks(self) -> Self:
         relay_plain_chunks(self)
         return self
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = self._convert_input(input_).to_messages()
+        return build_payload(super()._get_request_payload, messages, stop=stop, **kwargs)
 
 
 class PlainChunkChatDeepSeek(ChatDeepSeek):
-    """``ChatDeepSeek`` relaying streamed chunks as plain dicts (see the module docstring)."""
+    """``ChatDeepSeek`` relaying streamed chunks as plain dicts (see the module docstring), its request
+    built without reading earlier answers character by character (:mod:`clawlet.llm.assistant_text`)."""
 
     @model_validator(mode="after")
     def _relay_plain_chunks(self) -> Self:
         relay_plain_chunks(self)
         return self
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = self._convert_input(input_).to_messages()
+        return build_payload(super()._get_request_payload, messages, stop=stop, **kwargs)
 
     def _with_beta_api_base(self) -> Self:
         beta = super()._with_beta_api_base()  # a copy with fresh SDK clients
