@@ -210,7 +210,9 @@ async def test_history_reasoning_and_usage_reach_the_events(settings: Settings) 
     ]
 
 
-async def test_history_messages_carry_ids_of_their_place(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_history_messages_carry_ids_of_their_place(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The history reaches the model with ids of its place in the transcript, so LangGraph's
     ``add_messages`` draws no random UUID for each earlier message every turn (only for the new one)."""
     import uuid
