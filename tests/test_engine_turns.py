@@ -136,6 +136,49 @@ async def test_the_model_call_cap_ends_a_looping_run_before_the_recursion_limit(
     )
 
 
+async def test_tool_calls_past_the_cap_are_refused_and_the_run_goes_on(settings: Settings) -> None:
+    """Each run may make ``max_tool_calls`` tool calls: the ones past it answer LangChain's error at
+    once and do not run, the others run, and the model is asked again with all the results."""
+    settings = settings.model_copy(update={"max_tool_calls": 3})
+    soul = {"path": "workspace/SOUL.md"}
+
+    def script(messages: list[BaseMessage], info: CallInfo) -> Reply:
+        if isinstance(messages[-1], ToolMessage):
+            answered = len([m for m in messages if isinstance(m, ToolMessage)])
+            if answered == 2:  # after the first answer's two calls: two more, one of them past the cap
+                return reply(
+                    "", tool_call("read_file", soul, call_id="c3"), tool_call("read_file", soul, call_id="c4")
+                )
+            return "Done."
+        return reply(
+            "", tool_call("read_file", soul, call_id="c1"), tool_call("read_file", soul, call_id="c2")
+        )
+
+    engine = engine_with(settings, script)
+    events = await turn(engine, "read a lot")
+
+    ends = {event.call_id: event for event in events if isinstance(event, ToolEnd)}
+    assert sorted(ends) == ["c1", "c2", "c3"]  # c4 never ran...
+    assert not any(end.is_error for end in ends.values())
+    *_, (last, _) = calls_of(engine)
+    (refused,) = [m for m in last if isinstance(m, ToolMessage) and m.tool_call_id == "c4"]
+    assert refused.status == "error"  # ...and the model was told why
+    assert refused.text == "Tool call limit exceeded. Do not make additional tool calls."
+    assert text_of(events) == "Done."
+    assert len(calls_of(engine)) == 3
+
+
+def test_the_caps_add_no_graph_node(settings: Settings) -> None:
+    """The model-call and tool-call caps are kept around the model call: no node runs before the
+    model (the first token waits for no extra LangGraph step) and only the approvals' after it."""
+    engine = engine_with(settings, lambda messages, info: "hi")
+    assert sorted(engine.build_agent().builder.nodes) == [
+        "HumanInTheLoopMiddleware.after_model",
+        "model",
+        "tools",
+    ]
+
+
 async def test_a_disallowed_tool_the_model_calls_anyway_is_refused_and_does_not_run(
     settings: Settings,
 ) -> None:

@@ -25,9 +25,7 @@ from typing import Any, cast
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
-    ModelCallLimitMiddleware,
     ModelRequest,
-    ToolCallLimitMiddleware,
     ToolCallRequest,
     ToolErrorMiddleware,
     dynamic_prompt,
@@ -48,6 +46,7 @@ from clawlet.engine.held_checkpoints import HeldCheckpointer
 from clawlet.engine.masking import SecretMaskMiddleware
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
+from clawlet.engine.run_caps import RunCaps, is_notice
 from clawlet.engine.sampling import SamplingMiddleware
 from clawlet.engine.structured import ResponseFormatMiddleware
 from clawlet.engine.token_release import TokenRelease
@@ -230,6 +229,9 @@ class AgentEngine:
             # an error tool message). Nothing before the interrupt has side effects: on resume
             # the paused call re-enters this chain up to the interrupt, then the tool runs once.
             middleware: list[AgentMiddleware[Any, Any, Any]] = [
+                # outermost: at the model-call cap nothing is built, and the tool-call cap sees
+                # the answer every other middleware made
+                RunCaps(model_calls=self.settings.max_model_calls, tool_calls=self.settings.max_tool_calls),
                 workspace_prompt,
                 ToolPermissionMiddleware(),
                 SamplingMiddleware(self.provider),
@@ -239,8 +241,6 @@ class AgentEngine:
                 approval_middleware([tool.name for tool in tools]),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
-                ModelCallLimitMiddleware(run_limit=self.settings.max_model_calls, exit_behavior="end"),
-                ToolCallLimitMiddleware(run_limit=self.settings.max_tool_calls, exit_behavior="continue"),
             ]
             self._agent = create_agent(
                 self.build_model(), tools, middleware=middleware, context_schema=RunContext
@@ -273,15 +273,6 @@ class AgentEngine:
         """Raise :class:`~clawlet.engine.tool_approvals.InvalidDecision` if ``decision`` does not fit."""
         tool = self.find_tool(pending.tool) if hasattr(pending, "tool") else None
         return check_decision(pending, decision, tool)
-
-    def readable_notice(self, node: str, text: str) -> str:
-        """LangChain's limit notices, said so that a user knows what happened and what to change."""
-        if node.startswith("ModelCallLimitMiddleware"):
-            return (
-                f"⚠️ Stopped: this turn reached its limit of {self.settings.max_model_calls} model "
-                "calls (CLAWLET_MAX_MODEL_CALLS). Ask me to continue, or raise the limit."
-            )
-        return text
 
     def tool_names(self) -> list[str]:
         return [tool.name for tool in self.tools()]
@@ -455,12 +446,12 @@ class AgentEngine:
                                 truncated = cut_by_cap(item)  # the last model call's end counts
                                 if structured and item.text and not item.tool_calls:
                                     yield TextDelta(item.text)
-                            if node != MODEL_NODE and item.text:
+                            if (node != MODEL_NODE or (is_notice(item) and not structured)) and item.text:
                                 # A middleware ended the run with a notice (e.g. the model-call cap).
                                 if tools_ran:
                                     tools_ran = False
                                     yield NewSegment()
-                                yield TextDelta(self.readable_notice(node, item.text))
+                                yield TextDelta(item.text)
                             if item.tool_calls and tools_ran:
                                 tools_ran = False
                                 yield NewSegment()
