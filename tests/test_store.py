@@ -27,6 +27,21 @@ def store(tmp_path: Path) -> TranscriptStore:
     return TranscriptStore(tmp_path / "sessions")
 
 
+def test_the_file_is_the_indented_json_the_standard_library_writes(store: TranscriptStore) -> None:
+    """The transcript is written by orjson (the standard library's indenting encoder is pure
+    Python), byte for byte what ``json.dumps(..., ensure_ascii=False, indent=2)`` gives: Chinese,
+    emoji, quotes, backslashes, control characters, line separators, timestamps, tool calls."""
+    store.create("fmt", title='测试 "引号" \\ 😀')
+    store.append("fmt", "user", "第一行\n第二行\t\u2028 \x01\x7f <b>&amp;</b>")
+    store.append(
+        "fmt", "assistant", "好的。", [{"tool": "terminal", "input": "echo 你好", "output": "你好\n"}]
+    )
+    store.mark_interrupted("fmt")  # no-op: the last message is the assistant's
+    text = (store.directory / "fmt.json").read_text(encoding="utf-8")
+    assert text == json.dumps(json.loads(text), ensure_ascii=False, indent=2) + "\n"
+    assert json.loads(text)["messages"][0]["content"] == "第一行\n第二行\t\u2028 \x01\x7f <b>&amp;</b>"
+
+
 def test_v2_round_trip_in_the_seed_format(store: TranscriptStore) -> None:
     before = time.time()
     session_id, created = store.create("abc", title="测试会话")

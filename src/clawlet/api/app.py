@@ -105,11 +105,14 @@ def create_app(
     if check_origins:  # outside the token check: a request for another Host is refused first
         app.add_middleware(OriginGuard, policy=OriginPolicy.from_settings(settings))
 
-    for module in (chat, sessions, compress, skills, files, tokens, config_api):
-        app.include_router(module.router, prefix="/api")
-    app.include_router(native.router, prefix="/api")
-    install_inbox(app)  # /api/v1: the task inbox
+    # A request is matched against the routes in this order (about 1.5 µs each, several times per
+    # request): the turn endpoints first (no two of these paths overlap, so the order is free).
+    app.include_router(chat.router, prefix="/api")
     app.include_router(openai_chat.router, prefix="/v1")
+    app.include_router(native.router, prefix="/api")
+    for module in (sessions, compress, skills, files, tokens, config_api):
+        app.include_router(module.router, prefix="/api")
+    install_inbox(app)  # /api/v1: the task inbox
     app.include_router(openai_responses.router, prefix="/v1")
     app.include_router(process.router)  # Open WebUI's external document loader
     app.include_router(gateway_ws.router)  # the OpenClaw gateway protocol; checks its own token
