@@ -6,7 +6,6 @@ messages it is sent, runs ``AgentEngine.stream`` and checks the events and what 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -316,26 +315,3 @@ def test_loopback_endpoints_and_the_demo_model_are_allowed(settings: Settings) -
         local = settings.model_copy(update={"provider": "openai", "llm_model": "m", "llm_base_url": url})
         assert build_services(local).engine.build_model() is not None
     assert build_services(settings).engine.build_model() is not None  # the demo model
-
-
-async def test_the_model_step_holds_its_first_text_until_the_user_message_is_written(
-    settings: Settings,
-) -> None:
-    engine = engine_with(settings, lambda messages, info: "Hello there, my friend.")
-    written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    events: list[Event] = []
-
-    async def follow() -> None:
-        async for event in engine.stream("hi", [], written=written):
-            events.append(event)
-
-    task = asyncio.create_task(follow())
-    async with asyncio.timeout(60):
-        while not calls_of(engine):
-            await asyncio.sleep(0.01)
-    for _ in range(200):  # loop turns: the in-process model never waits for anything else
-        await asyncio.sleep(0)
-    assert not [event for event in events if isinstance(event, TextDelta)]
-    written.set_result(None)
-    await asyncio.wait_for(task, 60)
-    assert text_of(events) == "Hello there, my friend."

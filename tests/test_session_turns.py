@@ -128,14 +128,54 @@ async def test_the_first_event_goes_out_before_what_piled_up_while_the_message_w
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(f"w{n} " for n in range(50))
 
 
-async def test_the_runtime_is_given_the_write_of_the_user_message(settings: Settings) -> None:
-    """An in-process runtime gets the write going on (its model step holds its first text until
-    it ends: clawlet.engine.token_release); a resumed turn writes no user message."""
-    manager, runtime = manager_with(settings, lambda message: [TextDelta("ok")])
-    await finished(await manager.start_turn("s1", "hello", title=False))
-    (message,) = runtime.messages
-    assert message.written is not None and message.written.done()
+@pytest.mark.parametrize("on_this_loop", [True, False])
+async def test_the_user_message_is_on_disk_before_an_in_process_turn_starts_and_before_any_answer(
+    settings: Settings, on_this_loop: bool
+) -> None:
+    """A runtime on this event loop starts once the turn's user message is on disk (a write beside
+    it waits for the loop at every system call); another starts while it is written. Either way
+    nothing of the answer goes out before it is on disk."""
+    on_disk_at: dict[str, bool] = {}
+
+    def stored() -> bool:
+        return any(m["content"] == "hello" for m in manager.store.kept_for_agent("s1") or [])
+
+    async def answer(message: UserMessage) -> AsyncIterator[Event]:
+        on_disk_at["start"] = stored()
+        yield TextDelta("ok")
+
+    manager, runtime = manager_with(settings, answer)
+    runtime.turns_on_this_loop = on_this_loop
+    run = await manager.start_turn("s1", "hello", title=False)
+    async for event in run.events():
+        if isinstance(event, TextDelta):
+            on_disk_at["first text"] = stored()
+    await finished(run)
+    if on_this_loop:
+        assert on_disk_at["start"]
+    assert on_disk_at["first text"]
     assert manager.store.load("s1")["messages"][0]["content"] == "hello"
+
+
+async def test_a_failed_write_of_the_user_message_fails_an_in_process_turn_before_it_starts(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+
+    def answer(message: UserMessage) -> list[Event]:
+        started.append(message.text)
+        return [TextDelta("ok")]
+
+    manager, runtime = manager_with(settings, answer)
+    runtime.turns_on_this_loop = True
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(manager.store, "append", full)
+    events = await finished(await manager.start_turn("s1", "hello", title=False))
+    assert started == []  # the model was never asked
+    assert isinstance(events[-1], RunFailed) and "No space left" in events[-1].error
 
 
 async def test_a_new_session_loads_no_history_through_a_worker_thread(

@@ -1,6 +1,6 @@
-"""The transcript on a turn's way to the model: the user's message is written while the model call
-starts (not before it), is on disk before the answer is written and the run ends, and appending to
-a long session does not read and parse the whole file again."""
+"""The transcript on a turn's way to the model: the user's message is on disk before an in-process
+turn calls the model and before the answer is written, and appending to a long session does not
+read and parse the whole file again."""
 
 from __future__ import annotations
 
@@ -98,15 +98,19 @@ def test_a_v1_transcript_is_still_migrated_when_loaded(tmp_path: Path) -> None:
     assert isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
 
 
-def test_the_model_is_called_while_the_message_is_written_and_nothing_goes_out_before(
+def test_the_model_is_called_once_the_message_is_on_disk(
     services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An in-process turn starts once its user message is on disk (written beside the engine's
+    set-up, the write waited for the busy loop at each system call and held the first token back
+    longer than the model took); nothing of the answer goes out before."""
     store = services.transcripts
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     real_append = store.append
 
     def slow_append(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
         if role == "user":
+            entered.set()
             assert release.wait(DEADLINE), "the test never released the write"
         real_append(session_id, role, content, tool_calls)
 
@@ -115,14 +119,16 @@ def test_the_model_is_called_while_the_message_is_written_and_nothing_goes_out_b
     async def scenario() -> None:
         run = await services.sessions.start_turn("durable", "What is it?", title=False)
         deadline = time.monotonic() + DEADLINE
-        while not llm.requests:
-            assert time.monotonic() < deadline, "the model was not called while the message was written"
+        while not entered.is_set():
+            assert time.monotonic() < deadline, "the message was never written"
             await asyncio.sleep(0.01)
-        assert not store.exists("durable")  # the write still waits...
-        # ...and nothing of the answer goes out before the message is on disk
+        for _ in range(200):  # loop turns: the turn would have called the model by now
+            await asyncio.sleep(0)
+        assert not llm.requests and not store.exists("durable")
         assert [type(event) for event in run.log] == [RunStarted]
         release.set()
         await run.wait()
+        assert len(llm.requests) == 1
         assert any(isinstance(event, TextDelta) for event in run.log)
         assert isinstance(run.log[0], RunStarted)
         assert isinstance(run.log[-1], RunFinished)
@@ -136,7 +142,7 @@ def test_the_model_is_called_while_the_message_is_written_and_nothing_goes_out_b
 
 
 def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
-    services: Services, monkeypatch: pytest.MonkeyPatch
+    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = services.transcripts
     real_append = store.append
@@ -154,6 +160,7 @@ def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
         assert isinstance(run.log[0], RunStarted)
         assert isinstance(run.log[-1], RunFailed) and "disk full" in run.log[-1].error
         assert not store.exists("unsaved")
+        assert not llm.requests  # the model was never asked
 
     asyncio.run(scenario())
 

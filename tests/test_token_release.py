@@ -137,28 +137,3 @@ async def test_the_model_step_lets_the_watchers_run_once_after_the_first_text_is
     loop.call_soon(ran.append, "again")
     await release.on_llm_new_token("more", run_id=next_call)
     assert ran[-1] == "again"
-
-
-async def test_the_first_text_waits_until_the_user_message_is_written() -> None:
-    """While the turn's user message is still being written (a worker thread), the model step holds
-    its first text instead of parsing the rest of the answer (which would keep the GIL from the
-    writer); a failed write is the turn's to report, not the model step's."""
-    loop = asyncio.get_running_loop()
-    written: asyncio.Future[None] = loop.create_future()
-    release = TokenRelease(written)
-    step = asyncio.create_task(release.on_llm_new_token("first", run_id=uuid4()))
-    for _ in range(100):  # loop turns, not time: nothing else holds the step
-        await asyncio.sleep(0)
-    assert not step.done()
-    written.set_result(None)
-    await asyncio.wait_for(step, 60)
-
-    failed: asyncio.Future[None] = loop.create_future()
-    release = TokenRelease(failed)
-    step = asyncio.create_task(release.on_llm_new_token("first", run_id=uuid4()))
-    await asyncio.sleep(0)
-    failed.set_exception(OSError("disk full"))
-    await asyncio.wait_for(step, 60)  # does not raise
-    assert isinstance(failed.exception(), OSError)
-
-    await asyncio.wait_for(TokenRelease(None).on_llm_new_token("first", run_id=uuid4()), 60)

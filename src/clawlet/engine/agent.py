@@ -306,13 +306,8 @@ class AgentEngine:
         *,
         pause: PausePoint | None = None,
         resume: Resume | None = None,
-        written: asyncio.Future[None] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Run one turn and yield TextDelta / ToolStart / ToolEnd / NewSegment / Usage events.
-
-        ``written`` is the write of the user's message on a worker thread of this process, which
-        the turn's consumer waits for before anything of the answer goes out: the model step holds
-        its first text until it ends (:class:`~clawlet.engine.token_release.TokenRelease`).
 
         With ``pause`` (needed when ``context.may_pause``) the graph state is kept in
         that checkpoint thread, and a turn that pauses ends with an ``ApprovalRequested`` or
@@ -327,7 +322,7 @@ class AgentEngine:
         # hook node), so the recursion limit must exceed nodes * max_model_calls or LangGraph would
         # abort with GraphRecursionError before the model-call cap ends the run cleanly.
         steps_per_model_call = max(2, len(agent.builder.nodes))
-        release = TokenRelease(written)
+        release = TokenRelease()
         config: RunnableConfig = {
             "recursion_limit": steps_per_model_call * (self.settings.max_model_calls + 1) + 10,
             # the first text goes out at once, even in a burst (a structured answer's text does not)

@@ -13,14 +13,10 @@ then every millisecond of a burst (not after every chunk: each release runs the 
 about as much CPU as parsing a chunk). When chunks trickle in (a model generating them) the read
 suspends anyway.
 
-**The user's message first.** Nothing of the answer goes out before the turn's user message is on
-disk (:meth:`clawlet.runtime.manager.SessionManager.start_turn` writes it on a worker thread while
-the model call starts). Parsing the rest of a burst while that write is still going on is worse
-than useless: the write's ~50 system calls each let the GIL go, and each time the worker thread
-gets it back only after the busy loop thread has run a switch interval more (5 ms), so a write of
-~1 ms took as long as parsing the whole burst (~25 ms for 200 chunks) and the first token waited
-for it. So the model step holds its first text until that write has ended (``written``): the loop
-is idle meanwhile and the write runs at disk speed.
+The turn's user message is on disk before an in-process turn starts
+(:meth:`clawlet.runtime.manager.SessionManager.start_turn`): written beside the model step, each of
+the write's system calls waited for the busy loop thread to let the GIL go, so the write of ~0.5 ms
+took 5-8 ms and the first text waited for it (bench/README.md).
 """
 
 from __future__ import annotations
@@ -41,8 +37,8 @@ the release costs one pass of the relay per millisecond of burst, not one per ch
 class TokenRelease(AsyncCallbackHandler):
     """One turn's release of streamed chunks (see the module docstring): from a model call's first
     text until the turn has passed that text on (:meth:`passed_on`), the loop gets a turn after
-    every chunk (the text goes through several tasks on its way out: LangGraph's stream, the turn
-    waiting for the user's message to be on disk, each watcher; each needs a turn of the loop);
+    every chunk (the text goes through several tasks on its way out: LangGraph's stream, the turn,
+    each watcher; each needs a turn of the loop);
     after that at most every :data:`RELEASE_INTERVAL` while chunks keep coming without a pause.
     The text is passed on (published to the turn's watchers) while the model step waits in a
     release it started before; that release ends with the watchers still waiting for the loop, so
@@ -58,10 +54,7 @@ class TokenRelease(AsyncCallbackHandler):
     ignore_retry = True
     ignore_custom_event = True
 
-    def __init__(self, written: asyncio.Future[None] | None = None) -> None:
-        self.written = written
-        """The write of the turn's user message, which the first text waits for (see the module
-        docstring); its outcome is the turn's to handle."""
+    def __init__(self) -> None:
         self.text_of: UUID | None = None
         """The model call whose first text was seen."""
         self.eager = False
@@ -89,9 +82,6 @@ class TokenRelease(AsyncCallbackHandler):
             self.text_of = run_id
             self.eager = True
             self.passed = False
-            written, self.written = self.written, None
-            if written is not None and not written.done():
-                await asyncio.wait([written])  # never raises: a failed write fails the turn there
         loop = asyncio.get_running_loop()
         if self.eager or loop.time() - self.released >= RELEASE_INTERVAL:
             last_eager = self.passed  # decided before the release: it starts after the pass

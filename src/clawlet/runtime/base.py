@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -27,15 +26,13 @@ class UserMessage:
 
     ``pause`` is where a turn that may wait for the user keeps its state (given by the manager to
     runtimes with ``supports_approvals``); ``resume`` continues the turn paused there instead of
-    starting one (``text`` and ``history`` are then unused). ``written`` is the write of the
-    message going on meanwhile in this process (a worker thread; not sent to other processes)."""
+    starting one (``text`` and ``history`` are then unused)."""
 
     text: str
     history: list[dict[str, str]] = field(default_factory=list)
     context: RunContext = DEFAULT_CONTEXT
     pause: PausePoint | None = None
     resume: Resume | None = None
-    written: asyncio.Future[None] | None = field(default=None, compare=False, repr=False)
 
 
 class RuntimeFailure(Exception):
@@ -51,6 +48,11 @@ class RuntimeAdapter(ABC):
     are denied)."""
 
     supports_approvals: bool = False
+    turns_on_this_loop: bool = False
+    """Whether the runtime runs its turns on this process's event loop (the in-process engine):
+    such a turn starts once its user message is on disk, since a write beside it waits for the
+    busy loop at every system call (:meth:`clawlet.runtime.manager.SessionManager.start_turn`);
+    another runtime's turn starts while the message is written."""
     keeps_state: bool = True
     """Whether the adapter holds something of the session between turns (a process, a memory, a
     connection). One that does not (``False``) is dropped by the manager once a turn ends without

@@ -107,15 +107,14 @@ class EngineAdapter(EngineTurns):
     turns."""
 
     keeps_state = False
+    turns_on_this_loop = True
 
     def __init__(self, engine: AgentEngine) -> None:
         super().__init__()
         self.engine = engine
 
     def turn_events(self, data: UserMessage) -> AsyncGenerator[Event, None]:
-        return self.engine.stream(
-            data.text, data.history, data.context, pause=data.pause, resume=data.resume, written=data.written
-        )
+        return self.engine.stream(data.text, data.history, data.context, pause=data.pause, resume=data.resume)
 
     def check_decision(self, pending: Pending, decision: Decision) -> Decision:
         return self.engine.check_decision(pending, decision)
