@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +38,7 @@ from clawlet.llm.openai_stream import (
     PlainChunkChatDeepSeek,
     PlainChunkChatOpenAI,
     PlainChunkCompletions,
+    plain_body,
     transform_free_fields,
 )
 from clawlet.llm.providers import build_chat_model
@@ -676,3 +678,12 @@ def test_a_failed_request_is_retried_as_the_stock_model_retries_it(family: str) 
         expected, got = both(stock, plain, "hi")
     assert got == expected and got[1] is not None and got[1]["content"] == "second time lucky"
     assert len(attempts) == 4
+
+
+def test_a_body_with_a_float_json_cannot_hold_takes_the_sdks_path() -> None:
+    """The body is encoded by orjson only when it is plain JSON: a NaN or an infinity (which orjson
+    would write as null) goes the SDK's way, whose encoder refuses it (allow_nan=False)."""
+    plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    assert plain_body({**plain, "temperature": 0.5}) is not None
+    for odd in (math.nan, math.inf, -math.inf):
+        assert plain_body({**plain, "temperature": odd}) is None

@@ -19,9 +19,10 @@ The streamed request skips the SDK's request ``transform`` too, which walks ever
 the ``CompletionCreateParams`` TypedDicts (~20 ms for a session of 100 messages). Those types carry
 no alias and no format (see :func:`transform_free_fields`), so on a body made only of JSON values
 the transform only copies it; such a body goes to the resource's own ``_post`` with the options
-``create`` would build (same path, keys in the same order, headers, timeout, retries, errors). A
-body holding anything else (a pydantic object, a tuple, ``omit``, an unknown parameter) or a field
-whose type would need transforming takes the SDK's ``create`` as before.
+``create`` would build (same path, keys in the same order, headers, timeout, retries, errors),
+encoded by orjson (the SDK's own encoder writes the same compact JSON, slower). A body holding
+anything else (a pydantic object, a tuple, ``omit``, an unknown parameter, a float that is not
+finite) or a field whose type would need transforming takes the SDK's ``create`` as before.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import Awaitable
 from functools import cache
 from types import TracebackType
 from typing import Any, Self, cast, get_args, get_type_hints
 
+import orjson
 from langchain_core.language_models import LanguageModelInput
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
@@ -193,8 +196,10 @@ def is_plain_json(value: object) -> bool:
     """Whether ``value`` is made only of dicts (string keys), lists, strings, numbers, bools and None:
     what the SDK's transform returns as it found it when the types carry no alias or format."""
     kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
+    if kind is str or kind is int or kind is bool or value is None:
         return True
+    if kind is float:
+        return math.isfinite(cast(float, value))  # the SDK refuses NaN and infinities (allow_nan=False)
     if kind is dict:
         return all(
             type(key) is str and is_plain_json(item) for key, item in cast(dict[Any, Any], value).items()
@@ -237,7 +242,9 @@ class PlainChunkCompletions:
             timeout: Any = params.get("timeout", not_given)
             stream = await self.completions._post(
                 "/chat/completions",
-                body=body,
+                # the same JSON as the SDK's encoder writes (compact, UTF-8), by orjson: ~0.4 ms less
+                # for a 50-turn session's 240 KB; extra_body is merged into a dict by the SDK
+                body=body if params.get("extra_body") is not None else orjson.dumps(body),
                 options=make_request_options(
                     extra_headers=params.get("extra_headers"),
                     extra_query=params.get("extra_query"),
