@@ -534,8 +534,8 @@ class SessionManager:
         A runtime on this event loop (:attr:`RuntimeAdapter.turns_on_this_loop`) is started only
         then: beside the engine's set-up of the model call (pure Python, holding the GIL) each of
         the write's system calls waited for the loop thread to let the GIL go, so a write of
-        ~0.5 ms took 5-8 ms, longer than the model's first token took to come (bench/README.md);
-        written first, the first token comes ~3 ms sooner. A runtime in another process starts
+        ~0.5 ms took 5-8 ms, longer than the model's first token took to come; written first, the
+        first token comes sooner (bench/README.md, issue 17). A runtime in another process starts
         meanwhile."""
         gcpolicy.turn_started()
         outcome: Event
