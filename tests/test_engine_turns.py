@@ -7,6 +7,8 @@ messages it is sent, runs ``AgentEngine.stream`` and checks the events and what 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from clawlet.config import Settings
 from clawlet.engine.agent import AgentEngine
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.prompt import RAG_MEMORY_NOTE
+from clawlet.engine.tool_approvals import PausePoint
 from clawlet.events import Event, NewSegment, Retrieval, TextDelta, Thinking, ToolEnd, ToolStart, Usage
 from clawlet.llm.demo import RETRIEVAL_HEADER
 from clawlet.llm.providers import ProviderConfigError
@@ -167,15 +170,29 @@ async def test_tool_calls_past_the_cap_are_refused_and_the_run_goes_on(settings:
     assert len(calls_of(engine)) == 3
 
 
-def test_the_caps_add_no_graph_node(settings: Settings) -> None:
-    """The model-call and tool-call caps are kept around the model call: no node runs before the
-    model (the first token waits for no extra LangGraph step) and only the approvals' after it."""
+def test_a_turn_that_never_pauses_runs_no_graph_node_but_the_model_and_the_tools(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The model-call and tool-call caps are kept around the model call, so no node runs before
+    the model (the first token waits for no extra LangGraph step); the approvals' ``after_model``
+    node is only in the agent of turns that may pause."""
     engine = engine_with(settings, lambda messages, info: "hi")
-    assert sorted(engine.build_agent().builder.nodes) == [
-        "HumanInTheLoopMiddleware.after_model",
-        "model",
-        "tools",
-    ]
+    assert sorted(engine.build_agent().builder.nodes) == ["model", "tools"]
+    pausable = engine.pausable_agent(PausePoint(tmp_path, "thread"))
+    assert sorted(pausable.builder.nodes) == ["HumanInTheLoopMiddleware.after_model", "model", "tools"]
+
+
+async def test_a_turn_whose_calls_would_pause_is_refused_without_a_pause_point(settings: Settings) -> None:
+    """The agent of turns that never pause cannot ask: a context that asks before a tool runs needs
+    a pause point (refused rather than run unasked)."""
+    engine = engine_with(settings, lambda messages, info: "hi")
+    for asking in (
+        RunContext.for_edge(can_ask=True),  # ask tools (the workspace's policy) pause
+        replace(DEFAULT_CONTEXT, resume_call_ids=frozenset({"call_1"})),  # a paused call is asked again
+    ):
+        with pytest.raises(ValueError, match="needs a pause point"):
+            await turn(engine, "hi", context=asking)
+    assert calls_of(engine) == []
 
 
 async def test_a_disallowed_tool_the_model_calls_anyway_is_refused_and_does_not_run(

@@ -155,7 +155,8 @@ class AgentEngine:
         self.memory = memory
         self.knowledge = knowledge
         self._model: BaseChatModel | None = model
-        self._agent: Agent | None = None
+        self._agents: dict[bool, Agent] = {}
+        """The compiled agents, with the approvals middleware (True) and without (False)."""
         self._tools: list[BaseTool] | None = None
         self.mcp = McpTools()
         self._mcp_fingerprint = ""
@@ -198,7 +199,7 @@ class AgentEngine:
                 return
             self.mcp = await load_mcp_tools(self.home, tool_sandbox(self.settings, self.runtime_config))
             self._mcp_fingerprint = fingerprint
-            self._agent = None
+            self._agents.clear()
             self._tools = None
 
     async def available_tool_names(self) -> list[str]:
@@ -212,10 +213,19 @@ class AgentEngine:
         return build_system_prompt(home, rag_mode=self.runtime_config.get_rag_mode())
 
     def build_agent(self) -> Agent:
-        """The compiled agent, built once. The system prompt is not baked in: the
-        ``workspace_prompt`` middleware reassembles it from the files before every model call, so
-        edits apply at once without paying for a graph compile (about 14 ms) on every turn."""
-        if self._agent is None:
+        """The compiled agent of turns that never pause, built once. It has no approvals
+        middleware: its ``after_model`` hook is a graph node, one more LangGraph step after every
+        model call, and such a turn never asks (its context has no ``ask`` tool: they are denied
+        or run, :func:`~clawlet.engine.tool_approvals.apply_policies`)."""
+        return self._compiled(approvals=False)
+
+    def _compiled(self, *, approvals: bool) -> Agent:
+        """The compiled agent, with or without the approvals middleware, built once. The system
+        prompt is not baked in: the ``workspace_prompt`` middleware reassembles it from the files
+        before every model call, so edits apply at once without paying for a graph compile (about
+        14 ms) on every turn."""
+        agent = self._agents.get(approvals)
+        if agent is None:
 
             @dynamic_prompt
             def workspace_prompt(request: ModelRequest[Any]) -> str:
@@ -238,19 +248,18 @@ class AgentEngine:
                 # the client's tools are added before the response format looks at what a call offers
                 ClientToolMiddleware(self.provider),
                 ResponseFormatMiddleware(self.provider),
-                approval_middleware([tool.name for tool in tools]),
+                *([approval_middleware([tool.name for tool in tools])] if approvals else []),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages
                 ToolErrorMiddleware(on_error=tool_error_text),
             ]
-            self._agent = create_agent(
-                self.build_model(), tools, middleware=middleware, context_schema=RunContext
-            )
-        return self._agent
+            agent = create_agent(self.build_model(), tools, middleware=middleware, context_schema=RunContext)
+            self._agents[approvals] = agent
+        return agent
 
     def pausable_agent(self, pause: PausePoint) -> Agent:
-        """The agent saving its state in ``pause.directory`` (a copy of :meth:`build_agent`'s, made
-        again only when that one is rebuilt)."""
-        base = self.build_agent()
+        """The agent with the approvals middleware saving its state in ``pause.directory`` (a copy
+        of the compiled one, made again only when that one is rebuilt)."""
+        base = self._compiled(approvals=True)
         cached = self._pausable.get(pause.directory)
         if cached is None or cached[0] is not base:
             cached = (base, base.copy({"checkpointer": HeldCheckpointer(pause.directory)}))
@@ -315,7 +324,7 @@ class AgentEngine:
         ``resume`` (and the same ``pause``) ``message`` and ``history`` are ignored: the paused
         turn continues with the decision."""
         context = await self.resolve_context(context)
-        if context.may_pause and pause is None:
+        if pause is None and (context.may_pause or context.ask_tools or context.resume_call_ids):
             raise ValueError("a turn that may pause needs a pause point (a checkpointer)")
         agent = self.build_agent() if pause is None else self.pausable_agent(pause)
         # Every model call walks each graph node once (the model, the tools and every middleware

@@ -40,7 +40,6 @@ from clawlet import aio
 from clawlet.config import RuntimeConfig, Settings
 from clawlet.engine.agent import Agent, AgentEngine
 from clawlet.engine.checkpointer import LocalCheckpointer
-from clawlet.engine.tool_approvals import PausePoint
 from clawlet.events import (
     Event,
     RunCancelled,
@@ -220,27 +219,17 @@ class SessionEngine(AgentEngine):
         self.thread_id = "initial"
         self._base_agent: Agent | None = None
         self._saving_agent: Agent | None = None
-        self._plain = False
 
     def build_tools(self) -> list[BaseTool]:
         return [*super().build_tools(), *self.extra_tools]
 
     def build_agent(self) -> Agent:
         base = super().build_agent()
-        if self._plain:
-            return base
         saving = self._saving_agent
         if saving is None or base is not self._base_agent:  # built anew (first turn, or MCP tools changed)
             self._base_agent = base
             saving = self._saving_agent = base.copy({"checkpointer": self.checkpointer})
         return saving.with_config({"configurable": {"thread_id": self.thread_id}})
-
-    def pausable_agent(self, pause: PausePoint) -> Agent:
-        self._plain = True  # the pause point's checkpointer, on the plain agent
-        try:
-            return super().pausable_agent(pause)
-        finally:
-            self._plain = False
 
 
 class SessionChild:
