@@ -170,16 +170,14 @@ async def test_tool_calls_past_the_cap_are_refused_and_the_run_goes_on(settings:
     assert len(calls_of(engine)) == 3
 
 
-def test_a_turn_that_never_pauses_runs_no_graph_node_but_the_model_and_the_tools(
-    settings: Settings, tmp_path: Path
-) -> None:
+def test_a_turn_runs_no_graph_node_but_the_model_and_the_tools(settings: Settings, tmp_path: Path) -> None:
     """The model-call and tool-call caps are kept around the model call, so no node runs before
-    the model (the first token waits for no extra LangGraph step); the approvals' ``after_model``
-    node is only in the agent of turns that may pause."""
+    the model (the first token waits for no extra LangGraph step), and the approvals raise their
+    interrupts around the tool call, so no node runs after it either: in both agents."""
     engine = engine_with(settings, lambda messages, info: "hi")
     assert sorted(engine.build_agent().builder.nodes) == ["model", "tools"]
     pausable = engine.pausable_agent(PausePoint(tmp_path, "thread"))
-    assert sorted(pausable.builder.nodes) == ["HumanInTheLoopMiddleware.after_model", "model", "tools"]
+    assert sorted(pausable.builder.nodes) == ["model", "tools"]
 
 
 async def test_a_turn_whose_calls_would_pause_is_refused_without_a_pause_point(settings: Settings) -> None:

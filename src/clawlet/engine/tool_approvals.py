@@ -170,8 +170,18 @@ def _description(tool_call: ToolCall, state: Any, runtime: Any) -> str:
 
 def approval_middleware(tool_names: Sequence[str]) -> HumanInTheLoopMiddleware[Any, Any, Any]:
     """LangChain's human-in-the-loop middleware, one interrupt per gated call, gated by the turn's
-    context (so the policy can change without rebuilding the agent)."""
-    from langchain.agents.middleware import HumanInTheLoopMiddleware, InterruptOnConfig
+    context (so the policy can change without rebuilding the agent). Per call, its interrupts are
+    raised around the tool call and its ``after_model`` hook does nothing, so it is left out: a
+    hook is a graph node, a LangGraph step after every model call."""
+    from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware, InterruptOnConfig
+
+    class PerCallApprovals(HumanInTheLoopMiddleware[Any, Any, Any]):
+        after_model = AgentMiddleware.after_model
+        aafter_model = AgentMiddleware.aafter_model
+
+        @property
+        def name(self) -> str:
+            return "HumanInTheLoopMiddleware"
 
     interrupt_on: dict[str, bool | InterruptOnConfig] = {}
     for name in tool_names:
@@ -181,7 +191,7 @@ def approval_middleware(tool_names: Sequence[str]) -> HumanInTheLoopMiddleware[A
         interrupt_on[name] = InterruptOnConfig(
             allowed_decisions=decisions, description=_description, when=_asks
         )
-    return HumanInTheLoopMiddleware(interrupt_on, interrupt_mode="per_call")
+    return PerCallApprovals(interrupt_on, interrupt_mode="per_call")
 
 
 # -- interrupts and decisions ------------------------------------------------------------------
