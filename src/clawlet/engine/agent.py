@@ -215,7 +215,8 @@ class AgentEngine:
     def build_agent(self) -> Agent:
         """The compiled agent of turns that never pause, built once. It has no approvals
         middleware (one traced hop around every tool call): such a turn never asks (its context
-        has no ``ask`` tool: they are denied or run, :func:`~clawlet.engine.tool_approvals.apply_policies`)."""
+        has no ``ask`` tool: they are denied or run,
+        :func:`~clawlet.engine.tool_approvals.apply_policies`)."""
         return self._compiled(approvals=False)
 
     def _compiled(self, *, approvals: bool) -> Agent:
