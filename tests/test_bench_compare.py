@@ -60,3 +60,25 @@ def test_burst_ab_runs_every_path_for_both_trees(tmp_path: Path) -> None:
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip()}
     for path in ("v1", "api/chat", "api/agent", "chat.send"):
         assert rows[path][-1] == "0", done.stdout  # errors
+
+
+def test_compare_ab_runs_both_checkouts_and_prints_medians(tmp_path: Path) -> None:
+    """``bench/compare_ab.py``, tiny, this checkout against itself: a median for both, every path."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    )
+    command = [sys.executable, str(ROOT / "bench" / "compare_ab.py"), str(ROOT), "--runs", "1", "--"]
+    command += ["--no-litellm", "--no-gateway", "--iterations", "2", "--warmup", "0", "--concurrency", "2"]
+    command += ["--chunks", "5", "--history", "0"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("load average at start") == 2  # one run of each
+    rows = [
+        line.split() for line in done.stdout.splitlines() if line.startswith(("sequential", "concurrent"))
+    ]
+    figures = {(row[0], " ".join(row[1:3]), row[3]) for row in rows if row[1] == "clawlet"}
+    for path in ("clawlet /v1", "clawlet /api/chat", "clawlet /api/agent"):
+        assert ("sequential", path, "CPU/req") in figures, done.stdout
+        assert ("concurrent", path, "wall") in figures, done.stdout  # "wall x"
+    assert all(row[-2] != "-" and row[-1] != "-" for row in rows if row[1] == "clawlet")
