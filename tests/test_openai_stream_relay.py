@@ -25,6 +25,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.tools import tool as langchain_tool
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
 from langchain_openai.chat_models import base as openai_base
@@ -32,8 +33,10 @@ from openai._base_client import BaseClient
 from openai._utils import async_maybe_transform
 from openai.resources.chat.completions import completions as sdk_completions
 from openai.types.chat import ChatCompletionChunk
+from pydantic import BaseModel as PydanticModel
 
 from clawlet.config import Settings
+from clawlet.llm import tool_schemas
 from clawlet.llm.openai_stream import (
     PlainChunkChatDeepSeek,
     PlainChunkChatOpenAI,
@@ -687,3 +690,53 @@ def test_a_body_with_a_float_json_cannot_hold_takes_the_sdks_path() -> None:
     assert plain_body({**plain, "temperature": 0.5}) is not None
     for odd in (math.nan, math.inf, -math.inf):
         assert plain_body({**plain, "temperature": odd}) is None
+
+
+class Forecast(PydanticModel):
+    """A forecast."""
+
+    city: str
+
+
+@langchain_tool
+def get_forecast(city: str, days: int = 3) -> str:
+    """The weather forecast for a city (天气预报)."""
+    return f"{city}: sunny for {days} days"
+
+
+@pytest.mark.parametrize("family", ["openai", "deepseek"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"tool_choice": "get_forecast"},
+        {"tool_choice": "any", "parallel_tool_calls": False},
+        {"strict": True},
+        {"strict": False, "response_format": Forecast},
+        {"response_format": Forecast},
+    ],
+    ids=["plain", "forced", "any", "strict", "not strict", "response format"],
+)
+def test_tools_are_bound_as_the_stock_model_binds_them_converted_once(
+    family: str, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """clawlet's models bind exactly what the stock models bind (the same schemas, strict as they
+    set it), converting each tool's schema once, not on every model call; what a binding is given
+    is its own (changing it changes no later binding)."""
+    conversions: list[str] = []
+    convert = tool_schemas.convert_to_openai_tool
+
+    def counted(tool: Any, *, strict: bool | None = None) -> dict[str, Any]:
+        conversions.append(tool.name)
+        return convert(tool, strict=strict)
+
+    monkeypatch.setattr(tool_schemas, "convert_to_openai_tool", counted)
+    monkeypatch.setattr(tool_schemas, "_converted", {})  # what earlier tests converted
+    with ScriptedOpenAIServer(lambda body: text_turn("ok")) as upstream:
+        stock, plain = models(upstream, family)
+        tools = [get_forecast, WEATHER_TOOL]
+        for _ in range(3):
+            got = plain.bind_tools(tools, **options)
+            assert got.kwargs == stock.bind_tools(tools, **options).kwargs  # type: ignore[attr-defined]
+            got.kwargs["tools"][0]["function"]["name"] = "changed"  # type: ignore[attr-defined]
+        assert conversions == ["get_forecast"]

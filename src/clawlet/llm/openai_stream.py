@@ -31,13 +31,15 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from functools import cache
 from types import TracebackType
 from typing import Any, Self, cast, get_args, get_type_hints
 
 import orjson
 from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import Runnable
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai import ChatOpenAI, StreamChunkTimeoutError
 from langchain_openai.chat_models.base import BaseChatOpenAI
@@ -53,6 +55,7 @@ from typing_extensions import is_typeddict
 from clawlet.llm.assistant_text import build_payload
 from clawlet.llm.chunk_join import MAX_JOINED, join_into, text_of
 from clawlet.llm.sse_chunks import SseChunks
+from clawlet.llm.tool_schemas import bind_converted_tools
 from clawlet.ready_now import Suspended, step_once
 
 logger = logging.getLogger(__name__)
@@ -288,6 +291,10 @@ class PlainChunkChatOpenAI(ChatOpenAI):
         messages = self._convert_input(input_).to_messages()
         return build_payload(super()._get_request_payload, messages, stop=stop, **kwargs)
 
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """``bind_tools`` with each tool's schema converted once (:mod:`clawlet.llm.tool_schemas`)."""
+        return bind_converted_tools(self, super().bind_tools, tools, **kwargs)
+
 
 class PlainChunkChatDeepSeek(ChatDeepSeek):
     """``ChatDeepSeek`` relaying streamed chunks as plain dicts (see the module docstring), its request
@@ -309,3 +316,7 @@ class PlainChunkChatDeepSeek(ChatDeepSeek):
         current = self.async_client
         relay_plain_chunks(beta, current.timeout if isinstance(current, PlainChunkCompletions) else None)
         return beta
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """``bind_tools`` with each tool's schema converted once (:mod:`clawlet.llm.tool_schemas`)."""
+        return bind_converted_tools(self, super().bind_tools, tools, **kwargs)
