@@ -276,9 +276,11 @@ def relay_plain_chunks(model: BaseChatOpenAI, timeout: float | None = None) -> N
     model.stream_chunk_timeout = None
 
 
-class PlainChunkChatOpenAI(ChatOpenAI):
-    """``ChatOpenAI`` relaying streamed chunks as plain dicts (see the module docstring), its request
-    built without reading earlier answers character by character (:mod:`clawlet.llm.assistant_text`)."""
+class PlainChunkModel(BaseChatOpenAI):
+    """What clawlet's OpenAI-compatible models add to LangChain's: streamed chunks relayed as plain
+    dicts (see the module docstring), the request built without reading earlier answers character
+    by character (:mod:`clawlet.llm.assistant_text`), each tool's schema converted once
+    (:mod:`clawlet.llm.tool_schemas`). Listed first among a model's bases."""
 
     @model_validator(mode="after")
     def _relay_plain_chunks(self) -> Self:
@@ -292,31 +294,18 @@ class PlainChunkChatOpenAI(ChatOpenAI):
         return build_payload(super()._get_request_payload, messages, stop=stop, **kwargs)
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
-        """``bind_tools`` with each tool's schema converted once (:mod:`clawlet.llm.tool_schemas`)."""
         return bind_converted_tools(self, super().bind_tools, tools, **kwargs)
 
 
-class PlainChunkChatDeepSeek(ChatDeepSeek):
-    """``ChatDeepSeek`` relaying streamed chunks as plain dicts (see the module docstring), its request
-    built without reading earlier answers character by character (:mod:`clawlet.llm.assistant_text`)."""
+class PlainChunkChatOpenAI(PlainChunkModel, ChatOpenAI):
+    """``ChatOpenAI`` with :class:`PlainChunkModel`'s additions."""
 
-    @model_validator(mode="after")
-    def _relay_plain_chunks(self) -> Self:
-        relay_plain_chunks(self)
-        return self
 
-    def _get_request_payload(
-        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        messages = self._convert_input(input_).to_messages()
-        return build_payload(super()._get_request_payload, messages, stop=stop, **kwargs)
+class PlainChunkChatDeepSeek(PlainChunkModel, ChatDeepSeek):
+    """``ChatDeepSeek`` with :class:`PlainChunkModel`'s additions."""
 
     def _with_beta_api_base(self) -> Self:
         beta = super()._with_beta_api_base()  # a copy with fresh SDK clients
         current = self.async_client
         relay_plain_chunks(beta, current.timeout if isinstance(current, PlainChunkCompletions) else None)
         return beta
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
-        """``bind_tools`` with each tool's schema converted once (:mod:`clawlet.llm.tool_schemas`)."""
-        return bind_converted_tools(self, super().bind_tools, tools, **kwargs)
