@@ -10,6 +10,7 @@ set for every test and inherited by the processes tests start): tests use an in-
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -305,13 +306,20 @@ PROCESS_WIDE_CLIENT_CACHES = {
 
 
 def forget_process_wide_model_clients() -> None:
-    """Drop the clients of :data:`PROCESS_WIDE_CLIENT_CACHES` (of the packages imported so far)."""
+    """Drop the clients of :data:`PROCESS_WIDE_CLIENT_CACHES` (of the packages imported so far),
+    and collect them now: the openai SDK's client, collected later while another test's loop runs,
+    closes itself from ``__del__`` with a task on that loop ("Task exception was never retrieved
+    ... Event loop is closed", logged into that test)."""
+    dropped = 0
     for module_name, names in PROCESS_WIDE_CLIENT_CACHES.items():
         module = sys.modules.get(module_name)
         for name in names:
             cached = getattr(module, name, None)
             if cached is not None and hasattr(cached, "cache_clear"):
+                dropped += cached.cache_info().currsize
                 cached.cache_clear()
+    if dropped:
+        gc.collect()
 
 
 @pytest.fixture(autouse=True)
