@@ -8,7 +8,7 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from uuid import uuid4
 
 import pytest
@@ -108,21 +108,34 @@ async def test_the_first_chunk_of_a_burst_goes_out_alone_and_the_rest_joined(bur
     assert "".join(texts) == whole and len(texts) <= CHUNKS // 8  # joined (before: one per chunk)
 
 
-async def test_the_model_step_lets_the_watchers_run_once_after_the_first_text_is_passed_on(
+def hops(loop: asyncio.AbstractEventLoop, count: int, then: Callable[[], None]) -> None:
+    """``then`` after ``count`` turns of the loop (a text passing LangGraph's stream and the turn)."""
+    if count == 0:
+        then()
+    else:
+        loop.call_soon(hops, loop, count - 1, then)
+
+
+async def test_the_first_text_goes_all_the_way_out_before_the_model_step_parses_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The first text is published while the model step waits in a release it started before; the
-    watchers it wakes run only in the step's next release, which must come at once, not after
-    the burst interval (monkeypatched huge here, so only that one release can let them run)."""
+    """At the callback of the chunk after a model call's first text (LangGraph hands a chunk to its
+    stream in a handler that runs after this one), the model step gives the loop as many turns as
+    the text takes to be passed on, then lets the watchers it woke run, before the next chunk is
+    parsed; after that, one release per interval (monkeypatched huge here). Before, one turn per
+    chunk: the text moved one hop per chunk parsed."""
     monkeypatch.setattr(token_release, "RELEASE_INTERVAL", 1e9)
     release = TokenRelease()
     call = uuid4()
     loop = asyncio.get_running_loop()
     ran: list[str] = []
 
-    await release.on_llm_new_token("first", run_id=call)  # eager: a release per chunk
-    loop.call_soon(ran.append, "watcher")  # woken when the turn published the first text
-    release.passed_on()
+    def pass_on() -> None:
+        release.passed_on()
+        loop.call_soon(ran.append, "watcher")  # the turn published the text: its watcher wakes
+
+    await release.on_llm_new_token("first", run_id=call)
+    hops(loop, 4, pass_on)  # LangGraph's handler put the text into its stream
     await release.on_llm_new_token("second", run_id=call)
     assert ran == ["watcher"]
 
@@ -133,7 +146,20 @@ async def test_the_model_step_lets_the_watchers_run_once_after_the_first_text_is
     assert ran == ["watcher", "later"]
 
     next_call = uuid4()
-    await release.on_llm_new_token("next call", run_id=next_call)  # a new model call: eager again
-    loop.call_soon(ran.append, "again")
+    await release.on_llm_new_token("next call", run_id=next_call)  # a new model call: its first text
+    hops(loop, 2, pass_on)
     await release.on_llm_new_token("more", run_id=next_call)
-    assert ran[-1] == "again"
+    assert ran[-1] == "watcher" and len(ran) == 3
+
+
+async def test_a_first_text_nobody_passes_on_holds_the_model_step_only_a_few_turns() -> None:
+    """A model call whose text the turn does not relay (one inside a tool, say) is not held until
+    it is passed on: the step goes on after a bounded number of turns."""
+    release = TokenRelease()
+    call = uuid4()
+    loop = asyncio.get_running_loop()
+    never: list[str] = []
+    await release.on_llm_new_token("first", run_id=call)
+    hops(loop, token_release.MAX_TURNS_FOR_FIRST_TEXT + 10, lambda: never.append("passed"))
+    await release.on_llm_new_token("second", run_id=call)
+    assert never == [] and not release.passed

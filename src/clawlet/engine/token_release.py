@@ -7,10 +7,10 @@ in the HTTP client's buffer does not suspend, so when a provider sends a burst (
 cached answer, a slow network delivering in one read) the model node relays the whole burst
 before the reader runs once: the first token reached the client only after the last chunk of the
 burst was parsed (about 15 ms for a 200-chunk answer on this machine). :class:`TokenRelease`, a
-LangChain callback handler run inline with each new token (one per turn), gives the loop a turn
-after each chunk until a model call's first text has been passed on, so it goes out at once, and
-then every millisecond of a burst (not after every chunk: each release runs the whole relay once,
-about as much CPU as parsing a chunk). When chunks trickle in (a model generating them) the read
+LangChain callback handler run inline with each new token (one per turn), gives the loop turns
+until a model call's first text has been passed on, so it goes out at once, and then a turn every
+millisecond of a burst (not after every chunk: each release runs the whole relay once, about as
+much CPU as parsing a chunk). When chunks trickle in (a model generating them) the read
 suspends anyway.
 
 The turn's user message is on disk before an in-process turn starts
@@ -33,18 +33,28 @@ RELEASE_INTERVAL = 0.001
 run again: chunks parsed meanwhile go out together (watchers merge the text that piled up), so
 the release costs one pass of the relay per millisecond of burst, not one per chunk."""
 
+MAX_TURNS_FOR_FIRST_TEXT = 16
+"""Turns of the loop the model step gives a first text to be passed on (it takes about four)."""
+
+WATCHER_TURNS = 2
+"""Turns of the loop after the first text was passed on: the watchers it woke send it."""
+
 
 class TokenRelease(AsyncCallbackHandler):
-    """One turn's release of streamed chunks (see the module docstring): from a model call's first
-    text until the turn has passed that text on (:meth:`passed_on`), the loop gets a turn after
-    every chunk (the text goes through several tasks on its way out: LangGraph's stream, the turn,
-    each watcher; each needs a turn of the loop);
-    after that at most every :data:`RELEASE_INTERVAL` while chunks keep coming without a pause.
-    The text is passed on (published to the turn's watchers) while the model step waits in a
-    release it started before; that release ends with the watchers still waiting for the loop, so
-    one more release follows, started after the text was passed on, before the interval applies
-    (without it the first token waited up to the interval: ~1 ms of parsing the burst).
-    Every other callback event is ignored, so LangChain does not dispatch it here."""
+    """One turn's release of streamed chunks (see the module docstring).
+
+    A model call's first text is let all the way out before the model step parses on: at the
+    callback of the chunk after it, the step gives the loop turns until the turn has passed the
+    text on (:meth:`passed_on`: LangGraph's stream, the turn and the turn's publishing each took
+    a turn of the loop), then :data:`WATCHER_TURNS` more so the watchers it woke send it (at most
+    :data:`MAX_TURNS_FOR_FIRST_TEXT` while it is not passed on: a model call the turn does not
+    relay, e.g. one inside a tool). Not at the first text's own callback: LangGraph hands a chunk
+    to its stream in a handler that runs after this one, so a release there would find nothing
+    to pass on. Before, the step released once per chunk: each chunk parsed between two hops of
+    the first text (~0.15 ms each) delayed it, ~0.7 ms in a burst.
+    After that, the loop gets a turn at most every :data:`RELEASE_INTERVAL` while chunks keep
+    coming without a pause. Every other callback event is ignored, so LangChain does not dispatch
+    it here."""
 
     run_inline = True
     ignore_chain = True
@@ -57,16 +67,15 @@ class TokenRelease(AsyncCallbackHandler):
     def __init__(self) -> None:
         self.text_of: UUID | None = None
         """The model call whose first text was seen."""
-        self.eager = False
-        """Whether that text is still on its way out (every chunk is released)."""
+        self.first_text_pending = False
+        """Whether that text is in LangGraph's stream, not yet let out."""
         self.released = -RELEASE_INTERVAL
         self.passed = False
-        """Whether the text was passed on: the next release is the last eager one."""
+        """Whether the turn passed a text on since the first text was seen."""
 
     def passed_on(self) -> None:
-        """The turn has passed a text on: after one more release (which lets its watchers run),
-        back to a release per :data:`RELEASE_INTERVAL`."""
-        self.passed = self.eager
+        """The turn has passed a text on (published it to its watchers)."""
+        self.passed = True
 
     async def on_llm_new_token(
         self,
@@ -78,14 +87,21 @@ class TokenRelease(AsyncCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        if token and run_id != self.text_of:  # a model call's first text
-            self.text_of = run_id
-            self.eager = True
-            self.passed = False
         loop = asyncio.get_running_loop()
-        if self.eager or loop.time() - self.released >= RELEASE_INTERVAL:
-            last_eager = self.passed  # decided before the release: it starts after the pass
+        if token and run_id != self.text_of:  # a model call's first text: let out at the next chunk
+            self.text_of = run_id
+            self.first_text_pending = True
+            self.passed = False
+            return
+        if self.first_text_pending and run_id == self.text_of:
+            self.first_text_pending = False
+            for _ in range(MAX_TURNS_FOR_FIRST_TEXT):
+                await asyncio.sleep(0)
+                if self.passed:
+                    for _ in range(WATCHER_TURNS):
+                        await asyncio.sleep(0)
+                    break
+            self.released = loop.time()
+        elif loop.time() - self.released >= RELEASE_INTERVAL:
             await asyncio.sleep(0)
             self.released = loop.time()
-            if last_eager:
-                self.eager = self.passed = False
