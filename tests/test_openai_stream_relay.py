@@ -459,7 +459,10 @@ REQUESTS: dict[str, list[BaseMessage]] = {
         AIMessage([{"type": "text", "text": "Clear "}, {"type": "text", "text": "skies."}]),
         AIMessage("Spoken.", additional_kwargs={"audio": {"id": "audio_1", "data": "…"}}),
         AIMessage(" "),
-        HumanMessage("Thanks."),
+        AIMessage(""),
+        AIMessage("Done.", response_metadata={"finish_reason": "stop"}),
+        HumanMessage("Thanks.", name="ann"),
+        HumanMessage("Bye."),
     ],
 }
 BINDINGS: dict[str, dict[str, Any]] = {
@@ -530,15 +533,16 @@ def test_an_earlier_answers_text_is_not_read_character_by_character(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """LangChain's message conversion walks an assistant message's content block by block, which on
-    text is character by character (every turn, for every earlier answer): clawlet's models hand it
-    each answer without its text and put the text back, so the body is the stock one
+    text is character by character (every turn, for every earlier answer). clawlet's models write
+    a plain text message's entry themselves (LangChain never sees it) and hand LangChain every other
+    answer without its text, putting the text back: the body is the stock one
     (test_sends_the_request_body_the_stock_model_sends) and LangChain never walks a long answer."""
     convert = openai_base._convert_message_to_dict
-    walked: list[int] = []
+    walked: list[list[tuple[str, int]]] = []  # per request: (role, length of text content) converted
 
     def recording(message: BaseMessage, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        if isinstance(message, AIMessage) and isinstance(message.content, str):
-            walked.append(len(message.content))
+        if isinstance(message.content, str):
+            walked[-1].append((message.type, len(message.content)))
         return convert(message, *args, **kwargs)
 
     monkeypatch.setattr(openai_base, "_convert_message_to_dict", recording)
@@ -547,13 +551,19 @@ def test_an_earlier_answers_text_is_not_read_character_by_character(
 
         async def run() -> None:
             for model in (stock, plain):
+                walked.append([])
                 async for _chunk in model.astream(REQUESTS["answers"]):
                     pass
 
         asyncio.run(run())
-        stock_walked, plain_walked = walked[: len(walked) // 2], walked[len(walked) // 2 :]
-        assert max(stock_walked) == len("床前明月光，疑是地上霜。" * 40)
-        assert plain_walked == [0] * len(plain_walked) and len(plain_walked) == len(stock_walked)
+        stock_walked, plain_walked = walked
+        assert ("ai", len("床前明月光，疑是地上霜。" * 40)) in stock_walked
+        # the named answer, the ones with tool calls, audio or metadata, each without its text
+        assert [length for role, length in plain_walked if role == "ai"] == [0, 0, 0, 0]
+        # the plain questions and answers (" ", "") are written by clawlet: only the named question
+        # is converted
+        assert ("human", len("写一首诗")) in stock_walked and ("ai", 1) in stock_walked
+        assert [entry for entry in plain_walked if entry[0] == "human"] == [("human", len("Thanks."))]
         assert upstream.requests[0] == upstream.requests[1]
 
 
