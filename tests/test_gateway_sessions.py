@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -323,6 +324,36 @@ def test_a_session_key_finds_a_capitalised_transcript_by_the_names_alone(
     assert _existing_case(store, "other") == "other"
     assert _existing_case(store, "shout") == "shout"
     assert _existing_case(store, "new-key") == "new-key"
+
+
+async def test_a_new_key_in_a_small_sessions_directory_is_searched_without_a_worker_thread(
+    scripted: LiveServer, schema: ProtocolSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of ``chat.send`` to new keys on one connection: each key's search for another
+    spelling went to a worker thread, and each waited for the busy loop to take its answer back
+    before the next frame was read. A small directory is read on the loop; a large one still on a
+    thread (its listing would hold the loop)."""
+    searched: list[tuple[str, bool]] = []
+    search = server_module._existing_case
+
+    def on_the_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread
+            return False
+        return True
+
+    def counted(store: Any, session_id: str) -> str:
+        searched.append((session_id, on_the_loop()))
+        return search(store, session_id)
+
+    monkeypatch.setattr(server_module, "_existing_case", counted)
+    async with gateway(scripted, schema, scopes=(READ, WRITE)) as client:
+        await chat(client, "agent:main:first-new", "one", "run-1")
+        assert searched == [("first-new", True)]
+        monkeypatch.setattr(server_module, "SMALL_DIRECTORY_BYTES", 0)
+        await chat(client, "agent:main:second-new", "two", "run-2")
+        assert searched[-1] == ("second-new", False)
 
 
 async def test_a_key_of_a_stored_session_is_resolved_without_a_worker_thread(

@@ -56,6 +56,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from clawlet import __version__
@@ -1088,7 +1089,12 @@ class GatewayServer:
         services = await self._services_for(agent_id)
         session_id = session_id_for(rest)
         if not _stored_as_named(services.transcripts, session_id):  # else a search of the directory
-            session_id = await asyncio.to_thread(_existing_case, services.transcripts, session_id)
+            if _small_directory(services.transcripts.directory):
+                # read on the loop (~0.2 ms per 500 names): on a worker thread, each new key of a
+                # burst waited for the busy loop to take the answer back, one frame after another
+                session_id = _existing_case(services.transcripts, session_id)
+            else:
+                session_id = await asyncio.to_thread(_existing_case, services.transcripts, session_id)
         return Target(f"agent:{agent_id}:{rest}", agent_id, session_id, services)
 
     # -- methods ----------------------------------------------------------------------------------
@@ -2016,6 +2022,19 @@ def _stored_as_named(store: TranscriptStore, session_id: str) -> bool:
         return store.exists(session_id)
     except (OSError, InvalidSessionId):
         return False
+
+
+SMALL_DIRECTORY_BYTES = 32 * 1024
+"""A sessions directory up to this size (ext4: ~1,000 transcripts' names) is searched on the event
+loop, a larger one on a worker thread."""
+
+
+def _small_directory(directory: Path) -> bool:
+    """Whether ``directory``'s listing is small enough to read on the event loop (one ``stat``)."""
+    try:
+        return os.stat(directory).st_size <= SMALL_DIRECTORY_BYTES
+    except OSError:
+        return True  # none yet: nothing to read
 
 
 def _existing_case(store: TranscriptStore, session_id: str) -> str:
