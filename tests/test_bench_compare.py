@@ -82,3 +82,34 @@ def test_compare_ab_runs_both_checkouts_and_prints_medians(tmp_path: Path) -> No
         assert ("sequential", path, "CPU/req") in figures, done.stdout
         assert ("concurrent", path, "wall") in figures, done.stdout  # "wall x"
     assert all(row[-2] != "-" and row[-1] != "-" for row in rows if row[1] == "clawlet")
+
+
+@pytest.mark.parametrize("path", ["v1", "api"])
+def test_ttft_marks_reports_every_step_of_a_turn(tmp_path: Path, path: str) -> None:
+    """``bench/ttft_marks.py``, tiny: every mark of the hook shows up in the report, in order (the
+    hook's patches still find what they patch), from the request's bytes to the client's read."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    )
+    command = [sys.executable, str(ROOT / "bench" / "ttft_marks.py"), "--requests", "2", "--chunks", "5"]
+    done = subprocess.run(
+        [*command, "--path", path], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [line[:44].strip() for line in done.stdout.splitlines()[2:]]
+    assert steps[0] == "client sends" and steps[-1] == "client reads the first text", done.stdout
+    for step in (
+        "request bytes",
+        "start_turn",
+        "transcript write starts",
+        "engine stream",
+        "model call (first middleware)",
+        "request to the model",
+        "model headers",
+        "the engine yields the text",
+        "a watcher gets the text",
+        "text sent",
+    ):
+        assert step in steps, done.stdout
+    assert steps.index("request bytes") < steps.index("start_turn") < steps.index("engine stream")
