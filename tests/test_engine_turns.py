@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
 from clawlet.config import Settings
+from clawlet.engine import agent as agent_module
 from clawlet.engine.agent import AgentEngine
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.prompt import RAG_MEMORY_NOTE
@@ -178,6 +181,33 @@ def test_a_turn_runs_no_graph_node_but_the_model_and_the_tools(settings: Setting
     assert sorted(engine.build_agent().builder.nodes) == ["model", "tools"]
     pausable = engine.pausable_agent(PausePoint(tmp_path, "thread"))
     assert sorted(pausable.builder.nodes) == ["model", "tools"]
+
+
+async def test_the_model_call_is_wrapped_in_three_middleware_layers(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What only prepares the model request (the workspace prompt, the allowed tools, sampling, the
+    client's tools) runs in one layer: each layer is held, with LangChain's and LangSmith's
+    wrappers, for as long as the model streams (memory per turn in flight)."""
+    layers: list[list[str]] = []
+
+    def recording(
+        model: Any, tools: Any, *, middleware: list[AgentMiddleware[Any, Any, Any]], **options: Any
+    ) -> Any:
+        layers.append(  # the middleware LangChain nests around the model call (factory.py's own test)
+            [
+                type(m).__name__
+                for m in middleware
+                if type(m).awrap_model_call is not AgentMiddleware.awrap_model_call
+                or type(m).wrap_model_call is not AgentMiddleware.wrap_model_call
+            ]
+        )
+        return create_agent(model, tools, middleware=middleware, **options)
+
+    monkeypatch.setattr(agent_module, "create_agent", recording)
+    events = await turn(engine_with(settings, lambda messages, info: "hi"), "hello")
+    assert text_of(events) == "hi"
+    assert layers == [["RunCaps", "ModelRequestSteps", "ResponseFormatMiddleware"]]
 
 
 async def test_a_turn_whose_calls_would_pause_is_refused_without_a_pause_point(settings: Settings) -> None:

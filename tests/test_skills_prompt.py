@@ -302,3 +302,18 @@ async def test_the_prompt_and_tools_a_home_with_skills_and_rag_sends_snapshot(
     matches_snapshot(
         "skills_rag/tool_schemas.json", json.dumps(info.tools, ensure_ascii=False, indent=2) + "\n"
     )
+
+
+def test_system_prompt_is_shared_while_no_part_changes(tmp_path: Path) -> None:
+    """Every model call of every turn assembles the prompt: while nothing changed, it is one string
+    shared by all of them (the turns in flight hold no copy each), and an edit shows at once."""
+    root = tmp_path / "fixed"
+    build_fixed_home(root)
+    first = build_system_prompt(root)
+    assert build_system_prompt(root) is first
+    assert build_system_prompt(root, rag_mode=True) is not first  # another prompt, its own entry
+    assert build_system_prompt(root) is first
+    (root / "workspace" / "SOUL.md").write_text("You are a changed soul.\n", encoding="utf-8")
+    changed = build_system_prompt(root)
+    assert "You are a changed soul." in changed and changed != first
+    assert build_system_prompt(root) == changed

@@ -28,10 +28,16 @@ from langchain.agents.middleware import (
     ModelRequest,
     ToolCallRequest,
     ToolErrorMiddleware,
-    dynamic_prompt,
 )
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -44,10 +50,11 @@ from clawlet.engine.client_tool_middleware import ClientToolMiddleware
 from clawlet.engine.context import DEFAULT_CONTEXT, RunContext
 from clawlet.engine.held_checkpoints import HeldCheckpointer
 from clawlet.engine.masking import SecretMaskMiddleware
+from clawlet.engine.model_steps import ModelRequestSteps
 from clawlet.engine.permissions import ToolPermissionMiddleware, context_of
 from clawlet.engine.prompt import build_system_prompt
 from clawlet.engine.run_caps import RunCaps, is_notice
-from clawlet.engine.sampling import SamplingMiddleware
+from clawlet.engine.sampling import SamplingStep
 from clawlet.engine.structured import ResponseFormatMiddleware
 from clawlet.engine.token_release import TokenRelease
 from clawlet.engine.tool_approvals import (
@@ -131,6 +138,21 @@ def to_langchain_messages(history: Sequence[dict[str, str]]) -> list[BaseMessage
         elif item["role"] == "assistant":
             messages.append(AIMessage(item["content"], id=f"history-{index}"))
     return messages
+
+
+class WorkspacePrompt:
+    """The system prompt of every model call, reassembled from the workspace's files (a step of
+    :class:`~clawlet.engine.model_steps.ModelRequestSteps`); a request's own system prompt
+    (``extra_system_prompt``) follows it."""
+
+    def __init__(self, engine: AgentEngine) -> None:
+        self.engine = engine
+
+    def prepare_model_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        extra = context_of(request.runtime).extra_system_prompt
+        prompt = self.engine.system_prompt()
+        prompt = f"{prompt}\n\n<!-- Request System Prompt -->\n{extra}" if extra else prompt
+        return request.override(system_message=SystemMessage(content=prompt))
 
 
 class AgentEngine:
@@ -221,19 +243,14 @@ class AgentEngine:
 
     def _compiled(self, *, approvals: bool) -> Agent:
         """The compiled agent, with or without the approvals middleware, built once. The system
-        prompt is not baked in: the ``workspace_prompt`` middleware reassembles it from the files
-        before every model call, so edits apply at once without paying for a graph compile (about
+        prompt is not baked in: :class:`WorkspacePrompt` reassembles it from the files before
+        every model call, so edits apply at once without paying for a graph compile (about
         14 ms) on every turn."""
         agent = self._agents.get(approvals)
         if agent is None:
-
-            @dynamic_prompt
-            def workspace_prompt(request: ModelRequest[Any]) -> str:
-                extra = context_of(request.runtime).extra_system_prompt
-                prompt = self.system_prompt()
-                return f"{prompt}\n\n<!-- Request System Prompt -->\n{extra}" if extra else prompt
-
             tools = self.tools()
+            permissions = ToolPermissionMiddleware()
+            client_tools = ClientToolMiddleware(self.provider)
             # Order matters: the permission filter refuses denied calls before anyone is asked,
             # and the approval middleware wraps the error handler (its interrupt must not become
             # an error tool message). Nothing before the interrupt has side effects: on resume
@@ -242,11 +259,13 @@ class AgentEngine:
                 # outermost: at the model-call cap nothing is built, and the tool-call cap sees
                 # the answer every other middleware made
                 RunCaps(model_calls=self.settings.max_model_calls, tool_calls=self.settings.max_tool_calls),
-                workspace_prompt,
-                ToolPermissionMiddleware(),
-                SamplingMiddleware(self.provider),
+                # what only prepares the model request, in one layer (clawlet.engine.model_steps):
                 # the client's tools are added before the response format looks at what a call offers
-                ClientToolMiddleware(self.provider),
+                ModelRequestSteps(
+                    WorkspacePrompt(self), permissions, SamplingStep(self.provider), client_tools
+                ),
+                permissions,  # its tool-call hook: refuses a call to a tool the turn may not use
+                client_tools,  # its tool-call hook: pauses the run on a call to a client tool
                 ResponseFormatMiddleware(self.provider),
                 *([approval_middleware([tool.name for tool in tools])] if approvals else []),
                 SecretMaskMiddleware(self.settings.secret_values),  # also masks the error messages

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command, interrupt
 
@@ -29,13 +29,17 @@ def _context(runtime: Any) -> Any:
 
 
 class ClientToolMiddleware(AgentMiddleware[Any, Any, Any]):
-    """Offers the turn's client tools to the model and pauses the run on a call to one."""
+    """Offers the turn's client tools to the model (:meth:`prepare_model_request`, run by the
+    agent's :class:`~clawlet.engine.model_steps.ModelRequestSteps`) and pauses the run on a call to
+    one."""
 
     def __init__(self, provider: str) -> None:
         super().__init__()
         self.provider = provider
 
-    def _offered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def prepare_model_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """``request`` offering the turn's client tools too (a step of
+        :class:`~clawlet.engine.model_steps.ModelRequestSteps`)."""
         context = _context(request.runtime)
         tools = getattr(context, "client_tools", ())
         choice = getattr(context, "tool_choice", "auto")
@@ -45,18 +49,6 @@ class ClientToolMiddleware(AgentMiddleware[Any, Any, Any]):
         if choice != "auto" and first_model_call(request.messages):
             override["tool_choice"] = provider_tool_choice(choice, self.provider)
         return request.override(**override)
-
-    def wrap_model_call(
-        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
-    ) -> ModelResponse[Any]:
-        return handler(self._offered(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._offered(request))
 
     def _pause(self, request: ToolCallRequest) -> ToolMessage | None:
         """The client's result for a client tool call (pausing the run until it comes), or None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
@@ -39,22 +39,15 @@ def refusal(request: ToolCallRequest) -> ToolMessage:
 
 
 class ToolPermissionMiddleware(AgentMiddleware[Any, RunContext, Any]):
-    def _filtered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    """Refuses a call to a tool the turn may not use. The tools offered to the model are filtered
+    by :meth:`prepare_model_request`, a step of :class:`~clawlet.engine.model_steps.ModelRequestSteps`
+    (the agent runs it there, beside the other request steps, not as a layer of its own)."""
+
+    def prepare_model_request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """``request`` offering only the tools the turn may use."""
         context = context_of(request.runtime)
         tools = [tool for tool in request.tools if context.tool_allowed(_tool_name(tool))]
         return request.override(tools=tools) if len(tools) != len(request.tools) else request
-
-    def wrap_model_call(
-        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
-    ) -> ModelResponse[Any]:
-        return handler(self._filtered(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._filtered(request))
 
     def wrap_tool_call(
         self,
