@@ -24,10 +24,31 @@ from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text
 DEADLINE = 60.0
 
 
+HOLD = "Hold on."
+
+
+def answer(body: dict[str, Any]) -> Any:
+    """The scripted answer; to ``HOLD`` the opening chunk, then nothing for the test's deadline (a
+    turn that keeps running until it is cancelled)."""
+    if body["messages"][-1]["content"] == HOLD:
+        return text_turn("Holding on.", chunks=2, delay=DEADLINE)
+    return text_turn("The answer.")
+
+
 @pytest.fixture
 def llm() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(lambda body: text_turn("The answer.")) as server:
+    with ScriptedOpenAIServer(answer) as server:
         yield server
+
+
+async def turn_running(services: Services, llm: ScriptedOpenAIServer) -> Any:
+    """A turn of session ``holding`` that has called the model and goes on running."""
+    run = await services.sessions.start_turn("holding", HOLD, title=False)
+    deadline = time.monotonic() + DEADLINE
+    while not any(request["messages"][-1]["content"] == HOLD for request in list(llm.requests)):
+        assert time.monotonic() < deadline, "the holding turn never called the model"
+        await asyncio.sleep(0.01)
+    return run
 
 
 @pytest.fixture
@@ -103,13 +124,14 @@ def test_the_model_is_called_once_the_message_is_on_disk(
 ) -> None:
     """An in-process turn starts once its user message is on disk (written beside the engine's
     set-up, the write waited for the busy loop at each system call and held the first token back
-    longer than the model took); nothing of the answer goes out before."""
+    longer than the model took); nothing of the answer goes out before. Another turn runs, so the
+    message is written on a worker thread (a lone turn writes it on the loop, before it starts)."""
     store = services.transcripts
     entered, release = threading.Event(), threading.Event()
     real_append = store.append
 
     def slow_append(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
-        if role == "user":
+        if session_id == "durable" and role == "user":
             entered.set()
             assert release.wait(DEADLINE), "the test never released the write"
         real_append(session_id, role, content, tool_calls)
@@ -117,6 +139,7 @@ def test_the_model_is_called_once_the_message_is_on_disk(
     monkeypatch.setattr(store, "append", slow_append)
 
     async def scenario() -> None:
+        holding = await turn_running(services, llm)
         run = await services.sessions.start_turn("durable", "What is it?", title=False)
         deadline = time.monotonic() + DEADLINE
         while not entered.is_set():
@@ -124,11 +147,11 @@ def test_the_model_is_called_once_the_message_is_on_disk(
             await asyncio.sleep(0.01)
         for _ in range(200):  # loop turns: the turn would have called the model by now
             await asyncio.sleep(0)
-        assert not llm.requests and not store.exists("durable")
+        assert len(llm.requests) == 1 and not store.exists("durable")  # the holding turn's only
         assert [type(event) for event in run.log] == [RunStarted]
         release.set()
         await run.wait()
-        assert len(llm.requests) == 1
+        assert len(llm.requests) == 2
         assert any(isinstance(event, TextDelta) for event in run.log)
         assert isinstance(run.log[0], RunStarted)
         assert isinstance(run.log[-1], RunFinished)
@@ -137,6 +160,8 @@ def test_the_model_is_called_once_the_message_is_on_disk(
             ("user", "What is it?"),
             ("assistant", "The answer."),
         ]
+        assert await services.sessions.cancel("holding")
+        await holding.wait()
 
     asyncio.run(scenario())
 
@@ -169,7 +194,8 @@ def test_the_answer_is_written_off_the_event_loop_segment_by_segment(
     clawlet_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tool call splits the answer in two segments: each is written by a worker thread (an
-    fsync on the event loop would stall every other stream), in order, after the user's message."""
+    fsync on the event loop would stall every other stream), in order, after the user's message
+    (which a lone turn writes on the loop before it starts: nothing else runs there)."""
     script = [
         tool_turn(ToolCall("read_file", {"path": "workspace/SOUL.md"}), text="Reading."),
         text_turn("Done."),
@@ -195,8 +221,9 @@ def test_the_answer_is_written_off_the_event_loop_segment_by_segment(
             return threading.current_thread().name
 
         loop_thread = asyncio.run(scenario())
-    assert [role for role, _thread in writers] == ["user", "assistant", "assistant"]
-    assert all(thread != loop_thread for _role, thread in writers)
+    assert writers[0] == ("user", loop_thread)
+    assert [role for role, _thread in writers[1:]] == ["assistant", "assistant"]
+    assert all(thread != loop_thread for _role, thread in writers[1:])
     messages = store.load_messages("segments")
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
     assert messages[1]["content"] == "Reading." and messages[1]["tool_calls"][0]["tool"] == "read_file"
@@ -238,3 +265,42 @@ def test_a_new_or_kept_session_history_is_taken_without_a_read_on_a_worker_threa
         assert sent_to_model()[-2:] == [("user", "from another writer"), ("user", "third")]
 
     asyncio.run(scenario())
+
+
+def test_a_lone_turn_writes_its_message_on_the_loop_and_a_turn_beside_another_on_a_worker_thread(
+    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no other turn running, the loop has nothing else to do while the message's write waits
+    for the disk, and a worker thread would only start it once the loop is idle (after the
+    response has started): the message is written on the loop, before the turn starts. Beside a
+    running turn it is written on a worker thread, so that turn's stream never waits for the disk."""
+    store = services.transcripts
+    writers: list[tuple[str, str]] = []
+    real_append = store.append
+
+    def recording(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
+        if role == "user":
+            writers.append((session_id, threading.current_thread().name))
+        real_append(session_id, role, content, tool_calls)
+
+    monkeypatch.setattr(store, "append", recording)
+
+    async def scenario() -> str:
+        holding = await turn_running(services, llm)
+        beside = await services.sessions.start_turn("beside", "And you?", title=False)
+        await beside.wait()
+        assert isinstance(beside.log[-1], RunFinished)
+        assert await services.sessions.cancel("holding")
+        await holding.wait()
+        alone = await services.sessions.start_turn("alone", "Only me?", title=False)
+        await alone.wait()
+        assert isinstance(alone.log[-1], RunFinished)
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(scenario())
+    assert [session for session, _thread in writers] == ["holding", "beside", "alone"]
+    threads = dict(writers)
+    assert threads["holding"] == loop_thread and threads["alone"] == loop_thread
+    assert threads["beside"] != loop_thread
+    assert [m["content"] for m in store.load_messages("beside")] == ["And you?", "The answer."]
+    assert [m["content"] for m in store.load_messages("alone")] == ["Only me?", "The answer."]

@@ -441,10 +441,9 @@ class SessionManager:
                     self.store.append(session_id, item["role"], item["content"])
                 self.store.append(session_id, "user", text)
 
-            # The message is written on a worker thread from now: an in-process turn starts once it
-            # is on disk, another runtime's meanwhile; the answer goes out and is written only once
-            # it is (see _drive).
-            saved = asyncio.ensure_future(asyncio.to_thread(save_user_message))
+            # An in-process turn starts once the message is on disk, another runtime's meanwhile;
+            # the answer goes out and is written only once it is (see _drive).
+            saved = self._save_user_message(save_user_message, on_the_loop=adapter.turns_on_this_loop)
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
             run.task = asyncio.create_task(
@@ -511,6 +510,26 @@ class SessionManager:
             )
             self._register(run)
         return run
+
+    def _save_user_message(self, save: Callable[[], None], *, on_the_loop: bool) -> asyncio.Future[None]:
+        """Start writing a turn's user message; the future is done once it is on disk.
+
+        A turn that waits for the write on this loop while no other turn runs here writes it at
+        once, on the loop: the loop has nothing else to do meanwhile (the write's system calls
+        let the GIL go), and a worker thread would only start writing once the loop is idle,
+        after the response has started (~0.9 ms later, bench/README.md, issue 17). Otherwise, in
+        a burst or for a runtime that starts beside the write, it is written on a worker thread,
+        so no other turn waits for this one's fsyncs."""
+        if on_the_loop and not self.runs:
+            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            try:
+                save()
+            except Exception as exc:  # fails the run in _drive, as a worker thread's failure does
+                written.set_exception(exc)
+            else:
+                written.set_result(None)
+            return written
+        return asyncio.ensure_future(asyncio.to_thread(save))
 
     def _register(self, run: Run) -> None:
         self.runs[run.session_id] = run
