@@ -140,6 +140,7 @@ def test_text_turn_streams_tokens_then_done_then_title(
     assert agent_call["model"] == "scripted-model" and agent_call["stream"] is True
     assert agent_call["messages"][-1] == {"role": "user", "content": "Say hello"}
     assert is_title_request(title_call) and "tools" not in title_call
+    assert title_call["stream"] is False  # nobody watches a title come
     assert "user: Say hello" in title_call["messages"][-1]["content"]
     assert answer in title_call["messages"][-1]["content"]
 

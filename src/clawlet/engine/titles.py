@@ -68,7 +68,9 @@ class TitleWriter:
         input_tokens = output_tokens = 0
         try:
             model = self.model(settings)
-            reply = await model.ainvoke([SystemMessage(TITLE_PROMPT), HumanMessage(conversation)])
+            # not streamed: nobody watches a title come, and a streamed one cost a parse per chunk
+            asked = [SystemMessage(TITLE_PROMPT), HumanMessage(conversation)]
+            reply = await model.ainvoke(asked, stream=False)
             usage = getattr(reply, "usage_metadata", None) or {}
             input_tokens, output_tokens = (
                 int(usage.get("input_tokens", 0)),
