@@ -17,6 +17,7 @@ import pytest
 from clawlet.config import Settings
 from clawlet.events import RunFailed, RunFinished, RunStarted, TextDelta
 from clawlet.home import init_home
+from clawlet.llm import request_sent
 from clawlet.services import Services, build_services
 from clawlet.sessions.store import TranscriptStore
 from clawlet.testing.scripted_openai import ScriptedOpenAIServer, ToolCall, text_turn, tool_turn
@@ -166,28 +167,104 @@ def test_the_model_is_called_once_the_message_is_on_disk(
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("beside_another_turn", [False, True])
 def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
-    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch, beside_another_turn: bool
 ) -> None:
+    """Alone, the turn writes its message while the model thinks (so the model was asked); beside
+    another turn it is written first (so it was not). Either way nothing of the answer goes out."""
     store = services.transcripts
     real_append = store.append
 
     def failing_append(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
-        if role == "user":
+        if session_id == "unsaved" and role == "user":
             raise OSError("disk full")
         real_append(session_id, role, content, tool_calls)
 
     monkeypatch.setattr(store, "append", failing_append)
 
     async def scenario() -> None:
+        holding = await turn_running(services, llm) if beside_another_turn else None
         run = await services.sessions.start_turn("unsaved", "Hello?", title=False)
         await run.wait()
-        assert isinstance(run.log[0], RunStarted)
+        assert [type(event) for event in run.log] == [RunStarted, RunFailed]
         assert isinstance(run.log[-1], RunFailed) and "disk full" in run.log[-1].error
         assert not store.exists("unsaved")
-        assert not llm.requests  # the model was never asked
+        asked = [request for request in llm.requests if request["messages"][-1]["content"] == "Hello?"]
+        assert len(asked) == (0 if beside_another_turn else 1)
+        if holding is not None:
+            assert await services.sessions.cancel("holding")
+            await holding.wait()
 
     asyncio.run(scenario())
+
+
+def test_a_lone_turn_writes_its_message_once_the_model_request_is_out(
+    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop has nothing to do while the model works on the answer: the message's fsyncs go
+    there, not before the request. Nothing of the answer goes out before it is on disk."""
+    store = services.transcripts
+    steps: list[str] = []
+    real_trace, real_append = request_sent._trace, store.append
+
+    async def tracing(event_name: str, info: dict[str, Any]) -> None:
+        steps.append(event_name)
+        await real_trace(event_name, info)
+
+    def recording(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
+        steps.append(f"{role} written, {len(run_log)} events out")
+        real_append(session_id, role, content, tool_calls)
+
+    monkeypatch.setattr(request_sent, "_trace", tracing)
+    monkeypatch.setattr(store, "append", recording)
+    run_log: list[Any] = []
+
+    async def scenario() -> None:
+        run = await services.sessions.start_turn("thinking", "What is it?", title=False)
+        run_log[:] = run.log  # the same events as the run publishes them (RunStarted by now)
+        async for event in run.events():
+            run_log.append(event)
+        await run.wait()
+        assert isinstance(run.log[-1], RunFinished)
+
+    asyncio.run(scenario())
+    written = steps.index("user written, 1 events out")
+    assert steps[written - 1].endswith(".receive_response_headers.started")
+    assert any(step.endswith(".send_request_body.complete") for step in steps[:written])
+    assert [(m["role"], m["content"]) for m in store.load_messages("thinking")] == [
+        ("user", "What is it?"),
+        ("assistant", "The answer."),
+    ]
+
+
+def test_a_lone_turn_of_a_model_without_http_writes_its_message_before_its_first_event(
+    clawlet_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(provider="demo")
+    init_home(settings.paths)
+    services = build_services(settings)
+    store = services.transcripts
+    written_after: list[list[type]] = []
+    real_append = store.append
+    runs: list[Any] = []
+
+    def recording(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
+        if role == "user":
+            written_after.append([type(event) for event in runs[0].log])
+        real_append(session_id, role, content, tool_calls)
+
+    monkeypatch.setattr(store, "append", recording)
+
+    async def scenario() -> None:
+        runs.append(await services.sessions.start_turn("demo", "Hello there", title=False))
+        await runs[0].wait()
+        assert isinstance(runs[0].log[-1], RunFinished)
+        assert any(isinstance(event, TextDelta) for event in runs[0].log)
+
+    asyncio.run(scenario())
+    assert written_after == [[RunStarted]]
+    assert [m["role"] for m in store.load_messages("demo")] == ["user", "assistant"]
 
 
 def test_the_answer_is_written_off_the_event_loop_segment_by_segment(

@@ -13,10 +13,10 @@ millisecond of a burst (not after every chunk: each release runs the whole relay
 much CPU as parsing a chunk). When chunks trickle in (a model generating them) the read
 suspends anyway.
 
-The turn's user message is on disk before an in-process turn starts
-(:meth:`clawlet.runtime.manager.SessionManager.start_turn`): written beside the model step, each of
-the write's system calls waited for the busy loop thread to let the GIL go, so the write of ~0.5 ms
-took 5-8 ms and the first text waited for it (bench/README.md).
+The turn's user message is written on the loop while the model thinks, or before an in-process
+turn starts (:mod:`clawlet.runtime.user_message`): written on a worker thread beside the model
+step, each of the write's system calls waited for the busy loop thread to let the GIL go, so the
+write of ~0.5 ms took 5-8 ms and the first text waited for it (bench/README.md).
 """
 
 from __future__ import annotations

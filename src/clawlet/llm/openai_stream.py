@@ -52,6 +52,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsStr
 from pydantic import model_validator
 from typing_extensions import is_typeddict
 
+from clawlet.llm import request_sent
 from clawlet.llm.assistant_text import build_payload
 from clawlet.llm.chunk_join import MAX_JOINED, join_into, text_of
 from clawlet.llm.sse_chunks import SseChunks
@@ -268,9 +269,12 @@ class PlainChunkCompletions:
 
 def relay_plain_chunks(model: BaseChatOpenAI, timeout: float | None = None) -> None:
     """Stream ``model``'s chat completions as plain chunks, moving its ``stream_chunk_timeout`` (or
-    ``timeout`` if it has none left) into the stream so LangChain does not wrap every chunk too."""
+    ``timeout`` if it has none left) into the stream so LangChain does not wrap every chunk too;
+    its HTTP client runs a turn's work for while the model thinks (:mod:`clawlet.llm.request_sent`)."""
     if isinstance(model.async_client, PlainChunkCompletions) or model.async_client is None:
         return
+    # the SDK client's httpx client: a turn's pending work runs once a request is out
+    request_sent.install(getattr(model.root_async_client, "_client", None))
     chunk_timeout = model.stream_chunk_timeout or timeout
     model.async_client = PlainChunkCompletions(model.async_client, chunk_timeout, model.model_name)
     model.stream_chunk_timeout = None

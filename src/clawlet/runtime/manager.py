@@ -1,8 +1,9 @@
 """``SessionManager``: starts turns through runtime adapters, records transcripts, fans out events.
 
 A turn runs in its own task, independent of whoever is watching: a client that disconnects does
-not stop the run, and everything generated is saved. The user message is saved before the run
-starts; each assistant segment is saved as soon as it is complete.
+not stop the run, and everything generated is saved. The user message is on disk before anything
+of the answer goes out or is written (when it is written: :mod:`clawlet.runtime.user_message`);
+each assistant segment is saved as soon as it is complete.
 
 **Approvals.** A turn started with ``RunContext(approval_mode="ask")`` on a runtime that supports
 approvals may pause before a tool runs: its run then ends with ``RunWaiting`` (after
@@ -22,7 +23,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import aclosing, contextmanager, suppress
+from contextlib import aclosing, contextmanager, nullcontext, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -49,8 +50,10 @@ from clawlet.events import (
     merge_text_deltas,
     render_tool_input,
 )
+from clawlet.llm.request_sent import while_the_model_thinks
 from clawlet.runtime.approval_store import ApprovalStore, PausedTurn
 from clawlet.runtime.base import RunConfig, RuntimeAdapter, RuntimeFailure, UserMessage
+from clawlet.runtime.user_message import UserMessageWrite
 from clawlet.sessions.store import (
     SessionCorrupt,
     SessionNotFound,
@@ -441,9 +444,10 @@ class SessionManager:
                     self.store.append(session_id, item["role"], item["content"])
                 self.store.append(session_id, "user", text)
 
-            # An in-process turn starts once the message is on disk, another runtime's meanwhile;
-            # the answer goes out and is written only once it is (see _drive).
-            saved = self._save_user_message(save_user_message, on_the_loop=adapter.turns_on_this_loop)
+            # when the message is written: clawlet.runtime.user_message
+            saved = UserMessageWrite(
+                save_user_message, on_the_loop=adapter.turns_on_this_loop and not self.runs
+            ).start()
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
             run.task = asyncio.create_task(
@@ -511,26 +515,6 @@ class SessionManager:
             self._register(run)
         return run
 
-    def _save_user_message(self, save: Callable[[], None], *, on_the_loop: bool) -> asyncio.Future[None]:
-        """Start writing a turn's user message; the future is done once it is on disk.
-
-        A turn that waits for the write on this loop while no other turn runs here writes it at
-        once, on the loop: the loop has nothing else to do meanwhile (the write's system calls
-        let the GIL go), and a worker thread would only start writing once the loop is idle,
-        after the response has started (~0.9 ms later, bench/README.md, issue 17). Otherwise, in
-        a burst or for a runtime that starts beside the write, it is written on a worker thread,
-        so no other turn waits for this one's fsyncs."""
-        if on_the_loop and not self.runs:
-            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            try:
-                save()
-            except Exception as exc:  # fails the run in _drive, as a worker thread's failure does
-                written.set_exception(exc)
-            else:
-                written.set_result(None)
-            return written
-        return asyncio.ensure_future(asyncio.to_thread(save))
-
     def _register(self, run: Run) -> None:
         self.runs[run.session_id] = run
         if self.on_run is not None:
@@ -543,45 +527,42 @@ class SessionManager:
         message: UserMessage,
         recorder: SegmentRecorder,
         paused: PausedTurn,
-        saved: asyncio.Future[None] | None = None,
+        saved: UserMessageWrite | None = None,
     ) -> None:
-        """Run the turn to its end. ``saved`` is the write of the user's message, started with the
-        turn: the turn's first runtime event goes out, and anything of the answer is written, only
-        once the message is on disk (a failed write fails the run and no answer is written), so a
-        client never sees an answer to a message a crash could lose.
-
-        A runtime on this event loop (:attr:`RuntimeAdapter.turns_on_this_loop`) is started only
-        then: beside the engine's set-up of the model call (pure Python, holding the GIL) each of
-        the write's system calls waited for the loop thread to let the GIL go, so a write of
-        ~0.5 ms took 5-8 ms, longer than the model's first token took to come; written first, the
-        first token comes sooner (bench/README.md, issue 17). A runtime in another process starts
-        meanwhile."""
+        """Run the turn to its end. ``saved`` is the write of the user's message (none: a resumed
+        turn): the turn's first runtime event goes out, and anything of the answer is written,
+        only once the message is on disk (a failed write fails the run and no answer is written),
+        so a client never sees an answer to a message a crash could lose. When it is written
+        (while the model thinks, or before the turn starts): :mod:`clawlet.runtime.user_message`."""
         gcpolicy.turn_started()
         outcome: Event
         try:
             await run.publish(RunStarted(run.session_id, run.run_id))
-            if saved is not None and adapter.turns_on_this_loop:
-                await self._user_message_saved(saved)
+            if saved is not None and adapter.turns_on_this_loop and not saved.on_the_loop:
+                await saved.wait()  # written on a worker thread (beside other turns): started once written
                 saved = None
             waiting: RunWaiting | None = None
-            async with aclosing(adapter.send_message(message)) as events:
-                async for event in events:
-                    if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
-                        waiting = event
-                        break
-                    waited = saved is not None
-                    if saved is not None:  # nothing of the answer goes out before the message is on disk
-                        await self._user_message_saved(saved)
-                        saved = None
-                    if isinstance(event, NewSegment):
-                        await asyncio.to_thread(recorder.flush)
-                    recorder.observe(event)
-                    await run.publish(event)
-                    if waited:
-                        # What the runtime sent while the message was being written is queued and
-                        # comes without a pause: the watchers send the first event before it.
-                        await asyncio.sleep(0)
-            await self._user_message_saved(saved)
+            thinking = while_the_model_thinks(saved.run_now) if saved is not None else nullcontext()
+            with thinking:
+                async with aclosing(adapter.send_message(message)) as events:
+                    async for event in events:
+                        if isinstance(event, RunWaiting):  # the runtime paused: the run ends here
+                            waiting = event
+                            break
+                        waited = saved is not None and not saved.done
+                        if saved is not None:  # nothing of the answer goes out before the message is on disk
+                            await saved.wait()
+                            saved = None
+                        if isinstance(event, NewSegment):
+                            await asyncio.to_thread(recorder.flush)
+                        recorder.observe(event)
+                        await run.publish(event)
+                        if waited:
+                            # What the runtime sent while the message was being written is queued
+                            # and comes without a pause: the watchers send the first event before it.
+                            await asyncio.sleep(0)
+            if saved is not None:
+                await saved.wait()
             await asyncio.to_thread(recorder.flush)
             if waiting is not None and message.pause is not None:
                 paused.approvals = list(waiting.pending)
@@ -590,12 +571,12 @@ class SessionManager:
             else:
                 outcome = RunFinished(recorder.full_text, run.session_id)
         except asyncio.CancelledError:
-            if await self._user_message_saved(saved, raising=False):
+            if saved is None or await saved.wait(raising=False):
                 await asyncio.shield(asyncio.to_thread(recorder.flush))
             outcome = RunCancelled(run.session_id, recorder.full_text)
         except Exception as exc:
             log.exception("turn failed in session %s", run.session_id)
-            if await self._user_message_saved(saved, raising=False):
+            if saved is None or await saved.wait(raising=False):
                 await asyncio.to_thread(recorder.flush)
             outcome = RunFailed(f"{type(exc).__name__}: {exc}", run.session_id)
         try:
@@ -630,20 +611,6 @@ class SessionManager:
         turn makes another. Called before the run closes, so no other turn of the session has it."""
         if not adapter.keeps_state and not waiting and self.adapters.get(session_id) is adapter:
             del self.adapters[session_id]
-
-    @staticmethod
-    async def _user_message_saved(saved: asyncio.Future[None] | None, *, raising: bool = True) -> bool:
-        """Wait for the write of the turn's user message (none: a resumed turn); if it failed,
-        raise its error, or with ``raising=False`` say so (False)."""
-        if saved is None:
-            return True
-        try:
-            await asyncio.shield(saved)
-        except Exception:
-            if raising:
-                raise
-            return False
-        return True
 
     async def _title_if_missing(self, session_id: str, user_text: str, reply: str) -> GeneratedTitle | None:
         data = await asyncio.to_thread(self.store.load, session_id)
