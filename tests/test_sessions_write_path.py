@@ -167,13 +167,21 @@ def test_the_model_is_called_once_the_message_is_on_disk(
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("beside_another_turn", [False, True])
+@pytest.mark.parametrize(("stored", "beside_another_turn"), [(False, False), (True, False), (True, True)])
 def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
-    services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch, beside_another_turn: bool
+    services: Services,
+    llm: ScriptedOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    stored: bool,
+    beside_another_turn: bool,
 ) -> None:
-    """Alone, the turn writes its message while the model thinks (so the model was asked); beside
-    another turn it is written first (so it was not). Either way nothing of the answer goes out."""
+    """A lone turn of a stored session writes its message while the model thinks (so the model was
+    asked); a new session's, or one beside another turn, is written first (so it was not). Either
+    way nothing of the answer goes out or is written."""
     store = services.transcripts
+    if stored:
+        store.append("unsaved", "user", "Before?")
+        store.append("unsaved", "assistant", "Before.")
     real_append = store.append
 
     def failing_append(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
@@ -189,9 +197,11 @@ def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
         await run.wait()
         assert [type(event) for event in run.log] == [RunStarted, RunFailed]
         assert isinstance(run.log[-1], RunFailed) and "disk full" in run.log[-1].error
-        assert not store.exists("unsaved")
+        contents = [m["content"] for m in store.load_messages("unsaved")] if stored else None
+        assert contents == (["Before?", "Before."] if stored else None)
+        assert store.exists("unsaved") == stored
         asked = [request for request in llm.requests if request["messages"][-1]["content"] == "Hello?"]
-        assert len(asked) == (0 if beside_another_turn else 1)
+        assert len(asked) == (1 if stored and not beside_another_turn else 0)
         if holding is not None:
             assert await services.sessions.cancel("holding")
             await holding.wait()
@@ -199,12 +209,14 @@ def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
     asyncio.run(scenario())
 
 
-def test_a_lone_turn_writes_its_message_once_the_model_request_is_out(
+def test_a_lone_turn_of_a_stored_session_writes_its_message_once_the_model_request_is_out(
     services: Services, llm: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The loop has nothing to do while the model works on the answer: the message's fsyncs go
     there, not before the request. Nothing of the answer goes out before it is on disk."""
     store = services.transcripts
+    store.append("thinking", "user", "Before?")
+    store.append("thinking", "assistant", "Before.")
     steps: list[str] = []
     real_trace, real_append = request_sent._trace, store.append
 
@@ -232,7 +244,7 @@ def test_a_lone_turn_writes_its_message_once_the_model_request_is_out(
     written = steps.index("user written, 1 events out")
     assert steps[written - 1].endswith(".receive_response_headers.started")
     assert any(step.endswith(".send_request_body.complete") for step in steps[:written])
-    assert [(m["role"], m["content"]) for m in store.load_messages("thinking")] == [
+    assert [(m["role"], m["content"]) for m in store.load_messages("thinking")][2:] == [
         ("user", "What is it?"),
         ("assistant", "The answer."),
     ]
@@ -241,10 +253,13 @@ def test_a_lone_turn_writes_its_message_once_the_model_request_is_out(
 def test_a_lone_turn_of_a_model_without_http_writes_its_message_before_its_first_event(
     clawlet_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A stored session's lone turn whose model makes no HTTP request (the demo model)."""
     settings = Settings(provider="demo")
     init_home(settings.paths)
     services = build_services(settings)
     store = services.transcripts
+    store.append("demo", "user", "Before?")
+    store.append("demo", "assistant", "Before.")
     written_after: list[list[type]] = []
     real_append = store.append
     runs: list[Any] = []
@@ -264,7 +279,7 @@ def test_a_lone_turn_of_a_model_without_http_writes_its_message_before_its_first
 
     asyncio.run(scenario())
     assert written_after == [[RunStarted]]
-    assert [m["role"] for m in store.load_messages("demo")] == ["user", "assistant"]
+    assert [m["role"] for m in store.load_messages("demo")] == ["user", "assistant"] * 2
 
 
 def test_the_answer_is_written_off_the_event_loop_segment_by_segment(
@@ -272,7 +287,8 @@ def test_the_answer_is_written_off_the_event_loop_segment_by_segment(
 ) -> None:
     """A tool call splits the answer in two segments: each is written by a worker thread (an
     fsync on the event loop would stall every other stream), in order, after the user's message
-    (which a lone turn writes on the loop before it starts: nothing else runs there)."""
+    (which a lone turn of a new session writes on the loop before it starts: nothing else runs
+    there)."""
     script = [
         tool_turn(ToolCall("read_file", {"path": "workspace/SOUL.md"}), text="Reading."),
         text_turn("Done."),

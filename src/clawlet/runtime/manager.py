@@ -435,6 +435,7 @@ class SessionManager:
             history = self.store.kept_for_agent(session_id)  # a new or a kept session: no thread hop
             if history is None:
                 history = await asyncio.to_thread(self.store.load_for_agent, session_id)
+            stored = bool(history)  # the session's file exists
             seed = prior if prior and not history else []
             history = history or list(seed)
             is_first = title and not any(item["role"] == "user" for item in history)
@@ -445,9 +446,8 @@ class SessionManager:
                 self.store.append(session_id, "user", text)
 
             # when the message is written: clawlet.runtime.user_message
-            saved = UserMessageWrite(
-                save_user_message, on_the_loop=adapter.turns_on_this_loop and not self.runs
-            ).start()
+            on_the_loop = adapter.turns_on_this_loop and not self.runs
+            saved = UserMessageWrite(save_user_message, on_the_loop=on_the_loop, when_needed=stored).start()
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
             run.task = asyncio.create_task(
@@ -538,11 +538,19 @@ class SessionManager:
         outcome: Event
         try:
             await run.publish(RunStarted(run.session_id, run.run_id))
-            if saved is not None and adapter.turns_on_this_loop and not saved.on_the_loop:
-                await saved.wait()  # written on a worker thread (beside other turns): started once written
+            if (
+                saved is not None
+                and adapter.turns_on_this_loop
+                and not (saved.on_the_loop and saved.when_needed)
+            ):
+                await saved.wait()  # an in-process turn starts once written (unless it writes when needed)
                 saved = None
             waiting: RunWaiting | None = None
-            thinking = while_the_model_thinks(saved.run_now) if saved is not None else nullcontext()
+            thinking = (
+                while_the_model_thinks(saved.run_now)
+                if saved is not None and not saved.done
+                else nullcontext()
+            )
             with thinking:
                 async with aclosing(adapter.send_message(message)) as events:
                     async for event in events:

@@ -3,13 +3,16 @@
 Nothing of a turn's answer goes out or is written before its user message is on disk, so a
 client never sees an answer to a message a crash could lose. When the write happens:
 
-* **a lone turn on this event loop** (no other turn runs in the process): on the loop, once the
-  model's request is out (:func:`clawlet.llm.request_sent.while_the_model_thinks`), so the two
-  fsyncs overlap the model's time instead of coming before the request; with a model that makes
-  no HTTP request (the demo model) before the turn's first event. On the loop, because a worker
-  thread would start only once the loop is idle, after the response has started (~0.9 ms), and
-  beside the engine's set-up each of its system calls waited for the busy loop to let the GIL go
-  (bench/README.md, issue 17).
+* **a lone turn on this event loop** (no other turn runs in the process): on the loop. In a new
+  session at once, before the turn starts and before the client hears back: the session exists
+  from then on (a cancel, a deletion or a history read right after the answer's headers find
+  it). In a stored session once the model's request is out
+  (:func:`clawlet.llm.request_sent.while_the_model_thinks`), so its fsyncs (a long transcript's
+  take longer) overlap the model's time instead of coming before the request; with a model that
+  makes no HTTP request (the demo model) before the turn's first event. On the loop, because a
+  worker thread would start only once the loop is idle, after the response has started (~0.9 ms),
+  and beside the engine's set-up each of its system calls waited for the busy loop to let the GIL
+  go (bench/README.md, issue 17).
 * **beside other turns**: on a worker thread at once, so no other stream waits for the disk; an
   in-process turn then starts once it is written (the GIL again).
 * **a runtime in another process**: on a worker thread at once; the runtime starts meanwhile.
@@ -24,13 +27,15 @@ from collections.abc import Callable
 
 
 class UserMessageWrite:
-    """One turn's user-message write: :meth:`start` it (now on a worker thread, or later on the
-    loop when ``on_the_loop``), :meth:`run_now` a write still to do, :meth:`wait` for it."""
+    """One turn's user-message write: :meth:`start` it (on a worker thread, or on the loop: at once
+    or, ``when_needed``, at the first :meth:`run_now`), :meth:`wait` for it."""
 
-    def __init__(self, save: Callable[[], None], *, on_the_loop: bool) -> None:
+    def __init__(self, save: Callable[[], None], *, on_the_loop: bool, when_needed: bool = False) -> None:
         self.save = save
         self.on_the_loop = on_the_loop
-        """Whether the write runs on the loop at :meth:`run_now` (else on a worker thread at once)."""
+        """Whether the write runs on the loop (else on a worker thread, at once)."""
+        self.when_needed = when_needed
+        """Whether a write on the loop waits for :meth:`run_now` (else :meth:`start` writes)."""
         self.written: asyncio.Future[None] | None = None
         self.loop = asyncio.get_running_loop()
 
@@ -40,9 +45,11 @@ class UserMessageWrite:
         return self.written is not None and self.written.done()
 
     def start(self) -> UserMessageWrite:
-        """Start a worker thread's write (a write on the loop waits for :meth:`run_now`)."""
+        """Start the write (one on the loop ``when_needed`` waits for :meth:`run_now`)."""
         if not self.on_the_loop:
             self.written = asyncio.ensure_future(asyncio.to_thread(self.save))
+        elif not self.when_needed:
+            self.run_now()
         return self
 
     def run_now(self) -> None:
