@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from clawlet.config import Settings
-from clawlet.events import RunFailed, RunFinished, RunStarted, TextDelta
+from clawlet.events import RunCancelled, RunFailed, RunFinished, RunStarted, TextDelta
 from clawlet.home import init_home
 from clawlet.llm import request_sent
 from clawlet.services import Services, build_services
@@ -397,3 +397,24 @@ def test_a_lone_turn_writes_its_message_on_the_loop_and_a_turn_beside_another_on
     assert threads["beside"] != loop_thread
     assert [m["content"] for m in store.load_messages("beside")] == ["And you?", "The answer."]
     assert [m["content"] for m in store.load_messages("alone")] == ["Only me?", "The answer."]
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_a_turn_cancelled_before_its_first_step_still_has_its_message_written(
+    services: Services, llm: ScriptedOpenAIServer, stored: bool
+) -> None:
+    """Even a stored session's turn, which writes its message only once needed, cancelled before
+    it ran a step: the message is on disk when the cancel returns (and nothing of an answer)."""
+    store = services.transcripts
+    if stored:
+        store.append("quick", "user", "Before?")
+        store.append("quick", "assistant", "Before.")
+
+    async def scenario() -> None:
+        run = await services.sessions.start_turn("quick", "Never mind.", title=False)
+        assert await services.sessions.cancel("quick")
+        assert isinstance(run.log[-1], RunCancelled)
+        assert [m["content"] for m in store.load_messages("quick")][-1] == "Never mind."
+
+    asyncio.run(scenario())
+    assert not llm.requests

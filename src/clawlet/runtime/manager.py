@@ -248,6 +248,8 @@ class Run:
         self.closed = False
         self._changed = asyncio.Condition()
         self.task: asyncio.Task[None] | None = None
+        self.user_message: UserMessageWrite | None = None
+        """The write of the turn's user message (none: a resumed turn)."""
 
     async def publish(self, event: Event) -> None:
         async with self._changed:
@@ -450,6 +452,7 @@ class SessionManager:
             saved = UserMessageWrite(save_user_message, on_the_loop=on_the_loop, when_needed=stored).start()
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
+            run.user_message = saved
             run.task = asyncio.create_task(
                 self._drive(
                     run,
@@ -646,7 +649,10 @@ class SessionManager:
         with suppress(asyncio.CancelledError):
             await asyncio.shield(run.task)
         if not run.closed:
-            # cancelled before its first step: _drive never ran, so close the run here
+            # cancelled before its first step: _drive never ran, so close the run here (its user
+            # message written first, as _drive does when cancelled)
+            if run.user_message is not None:
+                await run.user_message.wait(raising=False)
             await run.publish(RunCancelled(run.session_id, ""))
             await run.close()
             if self.runs.get(session_id) is run:
