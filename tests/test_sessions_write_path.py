@@ -192,6 +192,7 @@ def test_a_message_that_cannot_be_saved_fails_the_run_and_no_answer_is_written(
     monkeypatch.setattr(store, "append", failing_append)
 
     async def scenario() -> None:
+        await (await services.sessions.start_turn("warm", "Build the model.", title=False)).wait()
         holding = await turn_running(services, llm) if beside_another_turn else None
         run = await services.sessions.start_turn("unsaved", "Hello?", title=False)
         await run.wait()
@@ -233,6 +234,8 @@ def test_a_lone_turn_of_a_stored_session_writes_its_message_once_the_model_reque
     run_log: list[Any] = []
 
     async def scenario() -> None:
+        await (await services.sessions.start_turn("warm", "Build the model.", title=False)).wait()
+        assert services.engine.traces_model_requests  # the scripted server's model, built
         run = await services.sessions.start_turn("thinking", "What is it?", title=False)
         run_log[:] = run.log  # the same events as the run publishes them (RunStarted by now)
         async for event in run.events():
@@ -250,35 +253,28 @@ def test_a_lone_turn_of_a_stored_session_writes_its_message_once_the_model_reque
     ]
 
 
-def test_a_lone_turn_of_a_model_without_http_writes_its_message_before_its_first_event(
-    clawlet_home: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_stored_sessions_lone_turn_on_a_model_without_traced_requests_writes_its_message_at_once(
+    clawlet_home: Path,
 ) -> None:
-    """A stored session's lone turn whose model makes no HTTP request (the demo model)."""
+    """The demo model makes no HTTP request: waiting for one would leave the message unwritten
+    until the first token (a crash meanwhile would lose it), so it is written before the turn
+    starts, as a new session's is."""
     settings = Settings(provider="demo")
     init_home(settings.paths)
     services = build_services(settings)
     store = services.transcripts
     store.append("demo", "user", "Before?")
     store.append("demo", "assistant", "Before.")
-    written_after: list[list[type]] = []
-    real_append = store.append
-    runs: list[Any] = []
-
-    def recording(session_id: str, role: str, content: str, tool_calls: Any = None) -> None:
-        if role == "user":
-            written_after.append([type(event) for event in runs[0].log])
-        real_append(session_id, role, content, tool_calls)
-
-    monkeypatch.setattr(store, "append", recording)
 
     async def scenario() -> None:
-        runs.append(await services.sessions.start_turn("demo", "Hello there", title=False))
-        await runs[0].wait()
-        assert isinstance(runs[0].log[-1], RunFinished)
-        assert any(isinstance(event, TextDelta) for event in runs[0].log)
+        await (await services.sessions.start_turn("warm", "Build the model.", title=False)).wait()
+        assert not services.engine.traces_model_requests
+        run = await services.sessions.start_turn("demo", "Hello there", title=False)
+        assert [m["content"] for m in store.load_messages("demo")][-1] == "Hello there"
+        await run.wait()
+        assert isinstance(run.log[-1], RunFinished)
 
     asyncio.run(scenario())
-    assert written_after == [[RunStarted]]
     assert [m["role"] for m in store.load_messages("demo")] == ["user", "assistant"] * 2
 
 
@@ -411,10 +407,12 @@ def test_a_turn_cancelled_before_its_first_step_still_has_its_message_written(
         store.append("quick", "assistant", "Before.")
 
     async def scenario() -> None:
+        await (await services.sessions.start_turn("warm", "Build the model.", title=False)).wait()
+        requests_before = len(llm.requests)
         run = await services.sessions.start_turn("quick", "Never mind.", title=False)
         assert await services.sessions.cancel("quick")
         assert isinstance(run.log[-1], RunCancelled)
         assert [m["content"] for m in store.load_messages("quick")][-1] == "Never mind."
+        assert len(llm.requests) == requests_before  # the model was not asked
 
     asyncio.run(scenario())
-    assert not llm.requests

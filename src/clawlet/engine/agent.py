@@ -81,6 +81,7 @@ from clawlet.events import (
     Usage,
     render_tool_input,
 )
+from clawlet.llm import request_sent
 from clawlet.llm.demo import RETRIEVAL_HEADER
 from clawlet.llm.images import user_message
 from clawlet.llm.providers import build_chat_model, describe_model
@@ -198,6 +199,12 @@ class AgentEngine:
         if self._model is None:
             self._model = build_chat_model(self.settings, demo_token_delay=self.demo_token_delay)
         return self._model
+
+    @property
+    def traces_model_requests(self) -> bool:
+        """Whether the model (once built) runs a turn's pending work once its request is out
+        (:mod:`clawlet.llm.request_sent`): False for the demo model or an injected one."""
+        return self._model is not None and request_sent.traces_requests(self._model)
 
     def build_tools(self) -> list[BaseTool]:
         return [*build_tools(self.settings, self.knowledge, self.runtime_config), *self.mcp.tools]

@@ -273,8 +273,7 @@ def relay_plain_chunks(model: BaseChatOpenAI, timeout: float | None = None) -> N
     its HTTP client runs a turn's work for while the model thinks (:mod:`clawlet.llm.request_sent`)."""
     if isinstance(model.async_client, PlainChunkCompletions) or model.async_client is None:
         return
-    # the SDK client's httpx client: a turn's pending work runs once a request is out
-    request_sent.install(getattr(model.root_async_client, "_client", None))
+    request_sent.install_on(model)  # a turn's pending work runs once a request is out
     chunk_timeout = model.stream_chunk_timeout or timeout
     model.async_client = PlainChunkCompletions(model.async_client, chunk_timeout, model.model_name)
     model.stream_chunk_timeout = None

@@ -7,7 +7,8 @@ loop has nothing else to do then (a model takes milliseconds to seconds to answe
 would have waited before the request (two fsyncs) overlaps the model's own time instead of adding
 to it. The callback runs on the loop, in the task that sent the request, and must not raise; it
 is called at every request of the turn (make it do its work once). A model without such a client
-(the demo model, another SDK) never calls it: the turn then runs it itself before its first event.
+(the demo model, another SDK) never calls it: :func:`traces_requests` tells, so a turn on such a
+model does the work before it starts instead.
 
 The hook is httpcore's ``trace`` request extension, attached to the turn's requests by an httpx
 ``request`` event hook (both public API of httpx and of the ``httpx2`` fork the openai SDK uses);
@@ -48,6 +49,22 @@ async def _trace(event_name: str, info: dict[str, Any]) -> None:
 async def _attach_trace(request: Any) -> None:
     if _pending.get() is not None and "trace" not in request.extensions:
         request.extensions["trace"] = _trace
+
+
+def _client_of(model: Any) -> Any:
+    """The httpx client under a LangChain OpenAI-compatible model (the SDK's, private), or None."""
+    return getattr(getattr(model, "root_async_client", None), "_client", None)
+
+
+def traces_requests(model: Any) -> bool:
+    """Whether ``model``'s HTTP client is installed (its requests run the pending callback)."""
+    hooks = getattr(_client_of(model), "event_hooks", None)
+    return isinstance(hooks, dict) and _attach_trace in hooks.get("request", ())
+
+
+def install_on(model: Any) -> bool:
+    """:func:`install` on ``model``'s HTTP client (False: it has none this module knows)."""
+    return install(_client_of(model))
 
 
 def install(client: Any) -> bool:

@@ -50,9 +50,16 @@ class RuntimeAdapter(ABC):
     supports_approvals: bool = False
     turns_on_this_loop: bool = False
     """Whether the runtime runs its turns on this process's event loop (the in-process engine):
-    such a turn starts once its user message is on disk, since a write beside it waits for the
-    busy loop at every system call (:meth:`clawlet.runtime.manager.SessionManager.start_turn`);
-    another runtime's turn starts while the message is written."""
+    such a turn's user message is written on the loop, or starts once a worker thread wrote it,
+    since a write beside it waits for the busy loop at every system call; another runtime's turn
+    starts while the message is written (:mod:`clawlet.runtime.user_message`)."""
+
+    @property
+    def writes_while_model_thinks(self) -> bool:
+        """Whether a lone turn on this loop may write a stored session's user message once its
+        model request is out (:mod:`clawlet.llm.request_sent`) rather than before it starts."""
+        return False
+
     keeps_state: bool = True
     """Whether the adapter holds something of the session between turns (a process, a memory, a
     connection). One that does not (``False``) is dropped by the manager once a turn ends without

@@ -113,6 +113,10 @@ class EngineAdapter(EngineTurns):
         super().__init__()
         self.engine = engine
 
+    @property
+    def writes_while_model_thinks(self) -> bool:
+        return self.engine.traces_model_requests
+
     def turn_events(self, data: UserMessage) -> AsyncGenerator[Event, None]:
         return self.engine.stream(data.text, data.history, data.context, pause=data.pause, resume=data.resume)
 

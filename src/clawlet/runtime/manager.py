@@ -448,8 +448,11 @@ class SessionManager:
                 self.store.append(session_id, "user", text)
 
             # when the message is written: clawlet.runtime.user_message
-            on_the_loop = adapter.turns_on_this_loop and not self.runs
-            saved = UserMessageWrite(save_user_message, on_the_loop=on_the_loop, when_needed=stored).start()
+            saved = UserMessageWrite(
+                save_user_message,
+                on_the_loop=adapter.turns_on_this_loop and not self.runs,
+                when_needed=stored and adapter.writes_while_model_thinks,
+            ).start()
             paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
             run = Run(session_id)
             run.user_message = saved

@@ -6,10 +6,11 @@ client never sees an answer to a message a crash could lose. When the write happ
 * **a lone turn on this event loop** (no other turn runs in the process): on the loop. In a new
   session at once, before the turn starts and before the client hears back: the session exists
   from then on (a cancel, a deletion or a history read right after the answer's headers find
-  it). In a stored session once the model's request is out
-  (:func:`clawlet.llm.request_sent.while_the_model_thinks`), so its fsyncs (a long transcript's
-  take longer) overlap the model's time instead of coming before the request; with a model that
-  makes no HTTP request (the demo model) before the turn's first event. On the loop, because a
+  it). In a stored session, with a model whose requests are traced
+  (:attr:`clawlet.runtime.base.RuntimeAdapter.writes_while_model_thinks`), once the model's
+  request is out (:func:`clawlet.llm.request_sent.while_the_model_thinks`), so its fsyncs (a
+  long transcript's take longer) overlap the model's time instead of coming before the request;
+  with another model (the demo model, one not built yet) at once too. On the loop, because a
   worker thread would start only once the loop is idle, after the response has started (~0.9 ms),
   and beside the engine's set-up each of its system calls waited for the busy loop to let the GIL
   go (bench/README.md, issue 17).
