@@ -221,6 +221,10 @@ async def test_python_output_is_capped(settings: Settings) -> None:
 # --- fetch_url --------------------------------------------------------------------------------
 
 
+SLOW_RELEASE = threading.Event()
+"""``/slow`` answers only once this is set (or after a minute): the client's timeout ends first."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     routes: ClassVar[dict[str, tuple[int, str, bytes]]] = {
         "/data.json": (200, "application/json", b'{"city":"\xe5\x8c\x97\xe4\xba\xac","temp":21,"ok":true}'),
@@ -244,12 +248,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         status, content_type, body = self.routes.get(self.path, (404, "text/plain", b"no such page"))
         if self.path == "/slow":
-            time.sleep(3)
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            SLOW_RELEASE.wait(60)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (``/slow``)
+            return
 
     def log_message(self, format: str, *args: object) -> None:
         return
@@ -298,10 +305,12 @@ async def test_fetch_refuses_other_schemes(url: str) -> None:
 async def test_fetch_caps_output_and_times_out(http_base: str) -> None:
     output = await make_fetch_tool().ainvoke({"url": f"{http_base}/big.txt"})
     assert output == "z" * 5000 + "\n... [output truncated: 15000 more characters]"
-    started = time.monotonic()
-    with pytest.raises(ToolError, match=r"timed out after 0\.5 s"):
-        await make_fetch_tool(timeout=0.5).ainvoke({"url": f"{http_base}/slow"})
-    assert time.monotonic() - started < 2.5
+    SLOW_RELEASE.clear()
+    try:  # the server does not answer until released: only the tool's timeout ends the wait
+        with pytest.raises(ToolError, match=r"timed out after 0\.5 s"):
+            await make_fetch_tool(timeout=0.5).ainvoke({"url": f"{http_base}/slow"})
+    finally:
+        SLOW_RELEASE.set()
 
 
 async def test_fetch_reports_unreachable_hosts() -> None:
