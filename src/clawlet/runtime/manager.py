@@ -448,14 +448,13 @@ class SessionManager:
                 self.store.append(session_id, "user", text)
 
             # when the message is written: clawlet.runtime.user_message
-            saved = UserMessageWrite(
+            paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
+            run = Run(session_id)
+            run.user_message = UserMessageWrite(
                 save_user_message,
                 on_the_loop=adapter.turns_on_this_loop and not self.runs,
                 when_needed=stored and adapter.writes_while_model_thinks,
             ).start()
-            paused = PausedTurn([], context, config.runtime_type, text if is_first else None)
-            run = Run(session_id)
-            run.user_message = saved
             run.task = asyncio.create_task(
                 self._drive(
                     run,
@@ -463,7 +462,6 @@ class SessionManager:
                     UserMessage(text, history, context, pause=pause),
                     SegmentRecorder(self.store, session_id),
                     paused,
-                    saved,
                 ),
                 name=f"turn-{session_id}",
             )
@@ -533,22 +531,18 @@ class SessionManager:
         message: UserMessage,
         recorder: SegmentRecorder,
         paused: PausedTurn,
-        saved: UserMessageWrite | None = None,
     ) -> None:
-        """Run the turn to its end. ``saved`` is the write of the user's message (none: a resumed
-        turn): the turn's first runtime event goes out, and anything of the answer is written,
+        """Run the turn to its end. ``run.user_message`` is the write of the user's message (none:
+        a resumed turn): the turn's first runtime event goes out, and anything of the answer is written,
         only once the message is on disk (a failed write fails the run and no answer is written),
         so a client never sees an answer to a message a crash could lose. When it is written
         (while the model thinks, or before the turn starts): :mod:`clawlet.runtime.user_message`."""
         gcpolicy.turn_started()
         outcome: Event
+        saved = run.user_message
         try:
             await run.publish(RunStarted(run.session_id, run.run_id))
-            if (
-                saved is not None
-                and adapter.turns_on_this_loop
-                and not (saved.on_the_loop and saved.when_needed)
-            ):
+            if saved is not None and adapter.turns_on_this_loop and not saved.waits_to_be_needed:
                 await saved.wait()  # an in-process turn starts once written (unless it writes when needed)
                 saved = None
             waiting: RunWaiting | None = None

@@ -41,6 +41,11 @@ class UserMessageWrite:
         self.loop = asyncio.get_running_loop()
 
     @property
+    def waits_to_be_needed(self) -> bool:
+        """Whether the write runs on the loop at the first :meth:`run_now` (not at :meth:`start`)."""
+        return self.on_the_loop and self.when_needed
+
+    @property
     def done(self) -> bool:
         """Whether the write has ended (written, or failed)."""
         return self.written is not None and self.written.done()
